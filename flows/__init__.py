@@ -1,0 +1,25 @@
+"""Prefect flows, one per DVC stage. Importing this package makes every tool quiet and local.
+
+Defaults only (``setdefault``): a user's own PREFECT_API_URL, PREFECT_HOME or
+MLFLOW_TRACKING_URI wins. Without PREFECT_API_URL each flow run starts Prefect's temporary
+local server on 127.0.0.1 (10-25 s); ``scripts/with_prefect_server.sh`` starts one server for
+a whole ``dvc repro`` instead.
+"""
+import os
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+for _key, _value in {
+    "PREFECT_HOME": str(_ROOT / ".prefect"),
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_UI_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
+    "PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DVC_NO_ANALYTICS": "1",
+}.items():
+    os.environ.setdefault(_key, _value)

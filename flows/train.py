@@ -1,0 +1,76 @@
+"""train@<task>-<mechanism>: train one mechanism on one task; learning curve to MLflow and DVC plots."""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+
+import flows  # noqa: F401
+from prefect import flow, task
+
+from models import build_model
+from models.config import ModelConfig
+from pipeline.params import load_params, project_root, section
+from pipeline.paths import TaskPaths
+from pipeline.shards import read_manifest, read_split, write_json_atomic, write_text_atomic
+from pipeline.tracking import RunLogger, provenance_tags
+from pipeline.train import TrainConfig, train
+from pipeline.vocab import Vocab
+
+
+def curve_csv(history: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(history[0]) if history else ["epoch"])
+    writer.writeheader()
+    writer.writerows(history)
+    return buf.getvalue()
+
+
+@task
+def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
+    task_name = paths.task
+    src_vocab = Vocab.load(paths.vocab / "src.vocab")
+    tgt_vocab = Vocab.load(paths.vocab / "tgt.vocab")
+    model_cfg = ModelConfig.from_dict(section(params, "model"), src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab))
+    train_cfg = TrainConfig.from_dict(section(params, "train"))
+    manifests = {s: read_manifest(paths.split(s)) for s in ("train", "valid")}
+    data_hash = "".join(m["content_sha256"] for m in manifests.values())
+    ckpt_dir = paths.checkpoints(mechanism)
+    model = build_model(mechanism, model_cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+
+    # Reopen the MLflow run only when resuming the same configuration (an interrupted run).
+    run_file = ckpt_dir / "run.json"
+    identity = {"model": vars(model_cfg), "train": vars(train_cfg), "data": data_hash}
+    previous = None
+    if run_file.exists():
+        recorded = json.loads(run_file.read_text())
+        previous = recorded.get("run_id") if recorded.get("identity") == identity else None
+    tracking = section(params, "tracking")
+    with RunLogger(f"{tracking['experiment_prefix']}{task_name}", mechanism, previous,
+                   tags={**provenance_tags(manifests), "task": task_name, "mechanism": mechanism}) as run:
+        write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity})
+        if previous != run.run_id:
+            run.params({"model": vars(model_cfg), "train": vars(train_cfg), "n_parameters": n_params})
+        history = train(model, read_split(paths.split("train")), read_split(paths.split("valid")), src_vocab,
+                        tgt_vocab, train_cfg, ckpt_dir, model_config=vars(model_cfg), data_hash=data_hash,
+                        on_epoch=lambda row: run.metrics(row, step=row["epoch"]))
+        write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
+    return history[-1] if history else {}
+
+
+@flow(name="train")
+def train_flow(task_name: str, mechanism: str, params_path: str | None = None) -> dict:
+    last = fit(TaskPaths(task_name, project_root(params_path)), mechanism, load_params(params_path))
+    print(f"{task_name}/{mechanism}: " + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
+    return last
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--mechanism", required=True)
+    ap.add_argument("--params", default=None)
+    args = ap.parse_args()
+    train_flow(args.task, args.mechanism, args.params)

@@ -1,0 +1,26 @@
+"""Mechanisms by name: the one map from a params.yaml name to a model builder."""
+from __future__ import annotations
+
+from typing import Callable
+
+from models.baselines import build_encdec, build_rnnsearch
+from models.config import ModelConfig
+from models.copynet import build_copynet
+from models.seq2seq import Seq2Seq
+
+MECHANISMS: dict[str, Callable[[ModelConfig], Seq2Seq]] = {
+    "encdec": build_encdec,
+    "rnnsearch": build_rnnsearch,
+    "copynet": build_copynet,
+}
+
+# How the comparison tables name each mechanism (the papers' names).
+DISPLAY_NAMES = {"encdec": "Enc-Dec", "rnnsearch": "RNNSearch", "copynet": "CopyNet"}
+
+
+def build_model(name: str, cfg: ModelConfig) -> Seq2Seq:
+    try:
+        builder = MECHANISMS[name]
+    except KeyError:
+        raise ValueError(f"unknown mechanism {name!r}; known: {sorted(MECHANISMS)}") from None
+    return builder(cfg)

@@ -1,0 +1,35 @@
+"""Baselines of CopyNet Table 1: Enc-Dec (no attention) and RNNSearch (Bahdanau attention).
+
+Both share the skeleton of models.seq2seq and predict with a plain softmax over the decoder
+vocabulary, readout from [s_t; c_t] (Bahdanau et al. 2014, with a linear readout). They cannot
+copy: the extended slots of the batch carry log-probability NEG, so an OOV target is only
+reachable as <unk>.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from models.config import ModelConfig
+from models.seq2seq import OutputLayer, Seq2Seq, State
+from pipeline.extended_vocab import pad_extended
+
+
+class SoftmaxOutput(OutputLayer):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.readout = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.tgt_vocab)
+
+    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        scores = self.mask_unemittable(self.readout(torch.cat([s_t, context], dim=-1)))  # (B, V)
+        return pad_extended(torch.log_softmax(scores, dim=-1), state["n_ext"]), {}
+
+
+def build_encdec(cfg: ModelConfig) -> Seq2Seq:
+    """Enc-Dec (Cho et al. 2014 as compared in CopyNet 5.1): the decoder reads one fixed code."""
+    return Seq2Seq(cfg, SoftmaxOutput(cfg), attention=False)
+
+
+def build_rnnsearch(cfg: ModelConfig) -> Seq2Seq:
+    """RNNSearch (Bahdanau et al. 2014): bidirectional GRU encoder, GRU decoder, additive attention."""
+    return Seq2Seq(cfg, SoftmaxOutput(cfg), attention=True)

@@ -1,0 +1,21 @@
+"""Typed model configuration shared by every mechanism."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    src_vocab: int  # encoder vocabulary size
+    tgt_vocab: int  # decoder vocabulary size V (specials included)
+    emb: int = 150  # word embedding size (CopyNet 5.1: 150)
+    hidden: int = 300  # GRU size per encoder direction and of the decoder (CopyNet 5.1: 300)
+    dropout: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: dict, **sizes) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown model settings {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**{**d, **sizes})

@@ -1,0 +1,113 @@
+"""Batches from Arrow shards: token lists -> padded id tensors in source and extended vocabularies.
+
+The shard table stays in Arrow (memory-mapped); only the rows of one batch become Python lists.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+import torch
+
+from pipeline.extended_vocab import extend_example
+from pipeline.vocab import BOS, EOS, PAD, Vocab
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) encoder ids (source vocabulary, UNK for its OOVs)
+    src_len: torch.Tensor  # (B,)
+    src_ext: torch.Tensor  # (B, S) decoder/extended ids of each source token
+    tgt_in: torch.Tensor  # (B, T) <s> y_1 .. y_{T-1}, extended ids
+    tgt_out: torch.Tensor  # (B, T) y_1 .. y_n </s> <pad>.., extended ids
+    n_ext: int  # X: extended slots in this batch
+    oovs: list[list[str]]  # per example, the word of extended id V + k
+    ids: list[str]
+    src_tokens: list[list[str]]
+    tgt_tokens: list[list[str]]
+    extra: dict = field(default_factory=dict)  # other shard columns for these rows (e.g. rule_type)
+
+    @property
+    def size(self) -> int:
+        return self.src.size(0)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return replace(
+            self,
+            src=self.src.to(device),
+            src_len=self.src_len.to(device),
+            src_ext=self.src_ext.to(device),
+            tgt_in=self.tgt_in.to(device),
+            tgt_out=self.tgt_out.to(device),
+        )
+
+
+def _pad(rows: list[list[int]], value: int = PAD) -> torch.Tensor:
+    width = max(1, max(len(r) for r in rows))
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def collate(
+    src: list[list[str]],
+    tgt: list[list[str]] | None,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    ids: list[str] | None = None,
+    extra: dict | None = None,
+    max_src_len: int | None = None,
+) -> Batch:
+    """Build a Batch; ``tgt`` may be None at prediction time (targets are then empty)."""
+    if max_src_len:
+        src = [s[:max_src_len] for s in src]
+    src = [s if s else [tgt_vocab.itos[EOS]] for s in src]  # an empty source still needs one position
+    tgt = tgt if tgt is not None else [[] for _ in src]
+    ext = [extend_example(s, t, tgt_vocab) for s, t in zip(src, tgt)]
+    return Batch(
+        src=_pad([src_vocab.encode(s) for s in src]),
+        src_len=torch.tensor([len(s) for s in src], dtype=torch.long),
+        src_ext=_pad([e.src_ext for e in ext]),
+        tgt_in=_pad([[BOS] + e.tgt_ext for e in ext]),
+        tgt_out=_pad([e.tgt_ext + [EOS] for e in ext]),
+        n_ext=max(len(e.oovs) for e in ext),
+        oovs=[e.oovs for e in ext],
+        ids=list(ids) if ids is not None else [str(i) for i in range(len(src))],
+        src_tokens=src,
+        tgt_tokens=tgt,
+        extra=extra or {},
+    )
+
+
+def batch_from_rows(table: pa.Table, rows: list[int], src_vocab: Vocab, tgt_vocab: Vocab,
+                    extra_columns: tuple[str, ...] = (), max_src_len: int | None = None) -> Batch:
+    part = table.take(pa.array(rows, type=pa.int64()))
+    extra = {c: part.column(c).to_pylist() for c in extra_columns if c in part.column_names}
+    return collate(part.column("src").to_pylist(), part.column("tgt").to_pylist(), src_vocab, tgt_vocab,
+                   ids=part.column("id").to_pylist(), extra=extra, max_src_len=max_src_len)
+
+
+def length_bucketed_batches(lengths: list[int], batch_size: int, shuffle: bool, seed: int) -> list[list[int]]:
+    """Row indices grouped into batches of similar length (less padding); shuffled by seed."""
+    order = list(range(len(lengths)))
+    rng = random.Random(seed)
+    if shuffle:
+        rng.shuffle(order)
+    chunk = batch_size * 50
+    batches = []
+    for start in range(0, len(order), chunk):
+        block = sorted(order[start : start + chunk], key=lambda i: lengths[i])
+        batches += [block[i : i + batch_size] for i in range(0, len(block), batch_size)]
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def row_lengths(table: pa.Table) -> list[int]:
+    """Source + target length per row, computed in Arrow (no Python loop over tokens)."""
+    import pyarrow.compute as pc
+
+    total = pc.add(pc.list_value_length(table.column("src")), pc.list_value_length(table.column("tgt")))
+    return total.to_pylist()

@@ -1,0 +1,326 @@
+"""Atomic Arrow IPC shards: the on-disk contract between pipeline stages.
+
+A *split* is a directory holding
+
+* ``part-00000.arrow``, ``part-00001.arrow``, ... -- Arrow IPC *file* format,
+  at most ``rows_per_part`` rows each;
+* ``quarantine.jsonl`` -- one JSON line ``{"reason": ..., "record": ...}`` per
+  raw record that could not be turned into a row (always present, maybe empty);
+* ``manifest.json`` -- row counts, quarantine counts by reason, per-part
+  SHA-256, the schema, and the parameters that produced the split.
+
+:class:`ShardWriter` builds the whole split in a hidden sibling temporary
+directory and only swaps it into place when :meth:`ShardWriter.close`
+succeeds, so readers never observe a half-written split, and a failed run
+leaves a previously written split untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.ipc
+
+MANIFEST_NAME = "manifest.json"
+QUARANTINE_NAME = "quarantine.jsonl"
+
+BASE_SCHEMA_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("id", pa.string()),
+    pa.field("src", pa.list_(pa.string())),
+    pa.field("tgt", pa.list_(pa.string())),
+    pa.field("refs", pa.list_(pa.list_(pa.string()))),
+)
+
+
+def make_schema(extra: Iterable[pa.Field] = ()) -> pa.Schema:
+    """The base shard schema (id, src, tgt, refs) followed by ``extra`` fields."""
+    fields = [*BASE_SCHEMA_FIELDS, *extra]
+    names = [f.name for f in fields]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate schema field names: {duplicates}")
+    return pa.schema(fields)
+
+
+# --------------------------------------------------------------------------- #
+# Atomic small-file helpers
+# --------------------------------------------------------------------------- #
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` via a temp file in the same directory + ``os.replace``.
+
+    The parent directory is created if needed. Readers see either the old file
+    or the complete new one, never a prefix.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Atomically write ``obj`` as pretty, key-sorted JSON (trailing newline) to ``path``."""
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    write_text_atomic(path, text)
+
+
+def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def content_sha256(part_hashes: Iterable[str]) -> str:
+    """Hash identifying a split's content: SHA-256 over the part hashes, in order, one per line."""
+    digest = hashlib.sha256()
+    for h in part_hashes:
+        digest.update(h.encode("ascii") + b"\n")
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# Writer
+# --------------------------------------------------------------------------- #
+
+
+def _part_name(index: int) -> str:
+    return f"part-{index:05d}.arrow"
+
+
+class ShardWriter:
+    """Write one split atomically; use as a context manager.
+
+    >>> with ShardWriter(out_dir, schema, params={"seed": 1}) as w:  # doctest: +SKIP
+    ...     w.write(rows)
+    ...     w.quarantine(raw, "empty source")
+
+    Leaving the ``with`` block normally calls :meth:`close` (which publishes the
+    split); leaving it with an exception calls :meth:`abort` (which removes the
+    temporary directory and leaves any existing ``out_dir`` as it was). A writer
+    that is garbage-collected without being closed is aborted as well.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        schema: pa.Schema,
+        rows_per_part: int = 50_000,
+        params: dict | None = None,
+    ) -> None:
+        if rows_per_part < 1:
+            raise ValueError(f"rows_per_part must be >= 1, got {rows_per_part}")
+        self.out_dir = Path(out_dir)
+        self.schema = schema
+        self.rows_per_part = rows_per_part
+        self.params = dict(params or {})
+
+        self._buffer: list[dict] = []
+        self._parts: list[dict] = []
+        self._rows = 0
+        self._reasons: Counter[str] = Counter()
+        self._manifest: dict | None = None
+        self._closed = False
+
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp_dir = Path(
+            tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
+        )
+        self._quarantine_fh = open(self._tmp_dir / QUARANTINE_NAME, "w", encoding="utf-8")
+        # Safety net: remove the temp dir if the writer is dropped without close/abort.
+        self._finalizer = weakref.finalize(
+            self, _discard, self._quarantine_fh, self._tmp_dir
+        )
+
+    # -- context manager -------------------------------------------------- #
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- public API ------------------------------------------------------- #
+
+    @property
+    def tmp_dir(self) -> Path:
+        """The temporary directory the split is being assembled in."""
+        return self._tmp_dir
+
+    def write(self, records: list[dict]) -> None:
+        """Buffer rows (dicts whose keys are exactly the schema's field names).
+
+        Full parts of ``rows_per_part`` rows are flushed to disk as soon as the
+        buffer holds them; the remainder is flushed by :meth:`close`.
+        """
+        self._check_open()
+        expected = set(self.schema.names)
+        for record in records:
+            keys = set(record)
+            if keys != expected:
+                raise ValueError(
+                    f"record {record.get('id', '?')!r} does not match the schema: "
+                    f"missing {sorted(expected - keys)}, unexpected {sorted(keys - expected)}"
+                )
+        self._buffer.extend(records)
+        while len(self._buffer) >= self.rows_per_part:
+            chunk = self._buffer[: self.rows_per_part]
+            del self._buffer[: self.rows_per_part]
+            self._write_part(chunk)
+
+    def quarantine(self, record: dict, reason: str) -> None:
+        """Set aside a bad raw record, with the reason, in ``quarantine.jsonl``."""
+        self._check_open()
+        line = json.dumps({"reason": reason, "record": record}, ensure_ascii=False, default=repr)
+        self._quarantine_fh.write(line + "\n")
+        self._reasons[reason] += 1
+
+    def close(self) -> dict:
+        """Flush, write the manifest, publish the split at ``out_dir``; return the manifest.
+
+        Calling it again returns the same manifest. If anything fails, the
+        writer is aborted and the exception propagates.
+        """
+        if self._manifest is not None:
+            return self._manifest
+        self._check_open()
+        try:
+            if self._buffer or not self._parts:
+                # An empty split still gets one (empty) part so readers learn the schema.
+                chunk, self._buffer = self._buffer, []
+                self._write_part(chunk)
+            self._quarantine_fh.flush()
+            os.fsync(self._quarantine_fh.fileno())
+            self._quarantine_fh.close()
+
+            rows_quarantined = sum(self._reasons.values())
+            rows_in = self._rows + rows_quarantined
+            manifest = {
+                "rows": self._rows,
+                "rows_in": rows_in,
+                "rows_quarantined": rows_quarantined,
+                "quarantine_reasons": dict(sorted(self._reasons.items())),
+                "parts": list(self._parts),
+                "schema": str(self.schema),
+                "params": self.params,
+                "content_sha256": content_sha256(p["sha256"] for p in self._parts),
+            }
+            assert manifest["rows_in"] == manifest["rows"] + manifest["rows_quarantined"]
+            assert sum(p["rows"] for p in self._parts) == manifest["rows"]
+            write_json_atomic(self._tmp_dir / MANIFEST_NAME, manifest)
+            self._publish()
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        self._finalizer.detach()
+        self._manifest = manifest
+        return manifest
+
+    def abort(self) -> None:
+        """Discard everything written so far; ``out_dir`` is left as it was."""
+        self._closed = True
+        self._buffer = []
+        self._finalizer()  # closes the quarantine file and removes the temp dir (once)
+
+    # -- internals -------------------------------------------------------- #
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"ShardWriter for {self.out_dir} is already closed or aborted")
+
+    def _write_part(self, rows: list[dict]) -> None:
+        """Write one part under a temporary name, then rename it into place."""
+        name = _part_name(len(self._parts))
+        final = self._tmp_dir / name
+        partial = self._tmp_dir / f".{name}.partial"
+        table = pa.Table.from_pylist(rows, schema=self.schema)
+        try:
+            with pa.OSFile(str(partial), "wb") as sink:
+                with pa.ipc.new_file(sink, self.schema) as writer:
+                    writer.write_table(table)
+            os.replace(partial, final)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        self._parts.append({"file": name, "rows": table.num_rows, "sha256": sha256_file(final)})
+        self._rows += table.num_rows
+
+    def _publish(self) -> None:
+        """Swap the finished temp dir into ``out_dir`` (old one moved aside, then deleted)."""
+        old: Path | None = None
+        if self.out_dir.exists():
+            old = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(self.out_dir, old)
+        try:
+            os.replace(self._tmp_dir, self.out_dir)
+        except BaseException:
+            if old is not None:
+                os.replace(old, self.out_dir)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _discard(fh, tmp_dir: Path) -> None:
+    """Close the quarantine handle and remove a writer's temp dir (finalizer body)."""
+    try:
+        fh.close()
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- #
+# Reader
+# --------------------------------------------------------------------------- #
+
+
+def read_manifest(split_dir: str | Path) -> dict:
+    """Load ``split_dir/manifest.json``; FileNotFoundError (naming the dir) if there is none."""
+    path = Path(split_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"no {MANIFEST_NAME} in split directory {Path(split_dir)}")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def read_split(split_dir: str | Path) -> pa.Table:
+    """Memory-map every part listed in the manifest, in order, and concatenate them."""
+    split_dir = Path(split_dir)
+    manifest = read_manifest(split_dir)
+    tables = []
+    for part in manifest["parts"]:
+        source = pa.memory_map(str(split_dir / part["file"]), "r")
+        tables.append(pa.ipc.open_file(source).read_all())
+    if not tables:
+        raise ValueError(f"manifest in {split_dir} lists no parts")
+    table = pa.concat_tables(tables)
+    if table.num_rows != manifest["rows"]:
+        raise ValueError(
+            f"{split_dir}: parts hold {table.num_rows} rows but the manifest says {manifest['rows']}"
+        )
+    return table

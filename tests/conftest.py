@@ -1,0 +1,38 @@
+"""Shared fixtures: a tiny params file (seconds, not minutes) and quiet, local tool settings."""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Quiet and local before any test imports Prefect or MLflow.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
+
+def tiny_params() -> dict:
+    """The repo's params.yaml scaled down so the whole pipeline runs in seconds."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = copy.deepcopy(params)
+    params["prepare"]["copy_rules"].update(n_rules=5, instances_per_rule=8, unseen_per_rule=2, max_filler=4)
+    params["model"].update(emb=8, hidden=12)
+    params["train"].update(epochs=2, batch_size=8)
+    params["evaluate"].update(beam_size=3, max_len=20, batch_size=16)
+    return params
+
+
+@pytest.fixture
+def tiny_project(tmp_path, monkeypatch) -> Path:
+    """A project root in tmp_path holding a tiny params.yaml; MLflow tracks into it."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # MLflow puts artifacts under ./mlruns
+    return tmp_path
