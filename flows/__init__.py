@@ -23,3 +23,15 @@ for _key, _value in {
     "DVC_NO_ANALYTICS": "1",
 }.items():
     os.environ.setdefault(_key, _value)
+
+
+def cli(flow_fn, doc: str | None, *names: str):
+    """`python -m flows.<stage> --task T [--mechanism M] [--params FILE]`: run one stage's flow."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc)
+    for name in names:
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
+    args = parser.parse_args()
+    return flow_fn(*(getattr(args, name) for name in names), args.params)

@@ -1,10 +1,9 @@
 """compare: per task, a table shaped like the paper's (ours beside the published rows) + a bar chart."""
 from __future__ import annotations
 
-import argparse
 import json
 
-import flows  # noqa: F401
+import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
 from models import DISPLAY_NAMES
@@ -61,7 +60,4 @@ def compare_flow(params_path: str | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--params", default=None)
-    args = ap.parse_args()
-    compare_flow(args.params)
+    flows.cli(compare_flow, __doc__)

@@ -5,12 +5,11 @@ heat map, and logs the same metrics dict and files to the mechanism's MLflow run
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-import flows  # noqa: F401
+import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -37,10 +36,15 @@ def evaluate_split(model, paths: TaskPaths, mechanism: str, split: str, vocabs: 
 
 
 @task(cache_policy=NO_CACHE)
-def heatmap(model, paths: TaskPaths, mechanism: str, split: str, row: int, vocabs: tuple[Vocab, Vocab],
+def heatmap(model, paths: TaskPaths, mechanism: str, where: dict, vocabs: tuple[Vocab, Vocab],
             cfg: EvalConfig, device) -> Path:
+    """CopyNet Figure 3 for the first row of ``where['split']`` whose columns match ``where['match']``."""
+    split = where.get("split", cfg.splits[0])
     table = read_split(paths.split(split))
-    trace = copy_trace(model, table, min(row, table.num_rows - 1), *vocabs, cfg.max_len, device)
+    rows = table.select(list(where.get("match", {}))).to_pydict()
+    matches = [i for i in range(table.num_rows) if all(rows[c][i] == v for c, v in where.get("match", {}).items())]
+    row = matches[0] if matches else 0
+    trace = copy_trace(model, table, row, *vocabs, cfg.max_len, device)
     out = paths.evaluation(mechanism) / "heatmap.png"
     copy_heatmap(trace, out, f"{mechanism} on {paths.task}/{split} (row {row}): {trace['kind']}")
     return out
@@ -57,9 +61,7 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
     metrics = {split: evaluate_split(model, paths, mechanism, split, vocabs, cfg, device) for split in cfg.splits}
     write_json_atomic(paths.evaluation(mechanism) / "metrics.json", metrics)
-    where = ev.get("heatmap", {})
-    plot = heatmap(model, paths, mechanism, where.get("split", cfg.splits[0]), where.get("row", 0), vocabs, cfg,
-                   device)
+    plot = heatmap(model, paths, mechanism, ev.get("heatmap", {}), vocabs, cfg, device)
 
     run_file = paths.checkpoints(mechanism) / "run.json"
     run_id = json.loads(run_file.read_text())["run_id"] if run_file.exists() else None
@@ -76,9 +78,4 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--mechanism", required=True)
-    ap.add_argument("--params", default=None)
-    args = ap.parse_args()
-    evaluate_flow(args.task, args.mechanism, args.params)
+    flows.cli(evaluate_flow, __doc__, "task", "mechanism")

@@ -1,10 +1,9 @@
 """prepare@<task>: make the task's Arrow shards (train/valid/test[/test_unseen] + manifests)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-import flows  # noqa: F401  (quiet, local settings before Prefect loads)
+import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
 from pipeline.corpora import copynet_rules
@@ -34,8 +33,4 @@ def prepare_flow(task_name: str, params_path: str | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--params", default=None)
-    args = ap.parse_args()
-    prepare_flow(args.task, args.params)
+    flows.cli(prepare_flow, __doc__, "task")

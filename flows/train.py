@@ -1,12 +1,11 @@
 """train@<task>-<mechanism>: train one mechanism on one task; learning curve to MLflow and DVC plots."""
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
 
-import flows  # noqa: F401
+import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
 from models import build_model
@@ -68,9 +67,4 @@ def train_flow(task_name: str, mechanism: str, params_path: str | None = None) -
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--mechanism", required=True)
-    ap.add_argument("--params", default=None)
-    args = ap.parse_args()
-    train_flow(args.task, args.mechanism, args.params)
+    flows.cli(train_flow, __doc__, "task", "mechanism")

@@ -1,9 +1,7 @@
 """vocab@<task>: source and target vocabularies from the train split."""
 from __future__ import annotations
 
-import argparse
-
-import flows  # noqa: F401
+import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
 from pipeline.params import load_params, project_root, section
@@ -33,8 +31,4 @@ def vocab_flow(task_name: str, params_path: str | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--params", default=None)
-    args = ap.parse_args()
-    vocab_flow(args.task, args.params)
+    flows.cli(vocab_flow, __doc__, "task")

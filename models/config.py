@@ -1,7 +1,9 @@
 """Typed model configuration shared by every mechanism."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from pipeline.params import dataclass_from_dict
 
 
 @dataclass(frozen=True)
@@ -14,8 +16,4 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict, **sizes) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown model settings {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**{**d, **sizes})
+        return dataclass_from_dict(cls, d, **sizes)

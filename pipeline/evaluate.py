@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +16,7 @@ from models.config import ModelConfig
 from pipeline.batching import batch_from_rows, length_bucketed_batches, row_lengths
 from pipeline.extended_vocab import ext_ids_to_tokens
 from pipeline.metrics import exact_match_by_group
+from pipeline.params import dataclass_from_dict
 from pipeline.search import beam_search, greedy
 from pipeline.vocab import Vocab
 
@@ -36,14 +37,10 @@ class EvalConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown evaluate settings {sorted(unknown)}; known: {sorted(known)}")
         d = dict(d)
         if "splits" in d:
             d["splits"] = tuple(d["splits"])
-        return cls(**d)
+        return dataclass_from_dict(cls, d)
 
 
 def load_checkpoint(path: Path, mechanism: str, device: torch.device):

@@ -19,7 +19,7 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline.batching import batch_from_rows, length_bucketed_batches, row_lengths
+from pipeline.params import dataclass_from_dict
 from pipeline.shards import write_json_atomic
 from pipeline.vocab import PAD, Vocab
 
@@ -45,11 +46,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown train settings {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**d)
+        return dataclass_from_dict(cls, d)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -18,6 +18,17 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tiny tensors: one thread is fastest, and robust when other jobs share the 2 CPU cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_params() -> dict:
     """The repo's params.yaml scaled down so the whole pipeline runs in seconds."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -50,15 +50,6 @@ COPY = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread is fastest, and robust when other jobs share the CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _tensors(requires_grad: bool = False):
     gen = torch.tensor(GEN, dtype=torch.float32, requires_grad=requires_grad)
     copy = torch.tensor(COPY, dtype=torch.float32, requires_grad=requires_grad)

@@ -201,7 +201,7 @@ def test_small_vocab_bounds() -> None:
 
 def test_config_from_dict() -> None:
     assert RulesConfig.from_dict({"n_rules": 3, "seed": 5}) == RulesConfig(n_rules=3, seed=5)
-    with pytest.raises(ValueError, match=r"unknown RulesConfig key\(s\) \['n_rule'\]"):
+    with pytest.raises(ValueError, match=r"unknown RulesConfig settings \['n_rule'\]"):
         RulesConfig.from_dict({"n_rule": 3})
     with pytest.raises(ValueError, match="min_filler"):
         RulesConfig(min_filler=0)

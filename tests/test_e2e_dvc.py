@@ -71,6 +71,10 @@ def test_dvc_repro_end_to_end(repo_copy):
     out = run(["dvc", "repro"], repo, env)
     assert "Running stage" not in out
 
+    # Commit the run (dvc.lock, metrics and curves are git-tracked; data goes to the DVC cache).
+    run(["git", "add", "-A"], repo, env)
+    run(["git", "commit", "-qm", "repro"], repo, env)
+
     # Changing train.* makes only the training stages stale (evaluate/compare follow from their outputs).
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train"]["epochs"] = 1
@@ -80,7 +84,14 @@ def test_dvc_repro_end_to_end(repo_copy):
     would_run = set(re.findall(r"Running stage '([^']+)'", dry))
     assert {f"train@copy_rules-{m}" for m in mechs} <= would_run
     assert all(s.split("@")[0] in {"train", "evaluate", "compare"} for s in would_run), would_run
+    (repo / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
+    assert changed_stages(repo, env) == set()
 
-    # DVC sees the metrics (metrics.json per task and mechanism).
-    shown = run(["dvc", "metrics", "show"], repo, env)
-    assert "test.top1" in shown and "copynet/metrics.json" in shown
+    # A DVC experiment with a changed param, then compare it with `dvc metrics diff` / `exp show`.
+    out = run(["scripts/with_prefect_server.sh", "dvc", "exp", "run", "-S", "train.epochs=1"], repo, env,
+              timeout=900)
+    assert "prepare@copy_rules" not in re.findall(r"Running stage '([^']+)'", out)
+    diff = run(["dvc", "metrics", "diff", "--all"], repo, env)
+    assert "test.top1" in diff and "copynet/metrics.json" in diff
+    shown = run(["dvc", "exp", "show", "--no-pager", "--csv"], repo, env)
+    assert "train.epochs" in shown and "test.top1" in shown

@@ -58,18 +58,8 @@ def _exact_match(model, pool: list[str], seed: int, n: int = 100) -> float:
     return hits / n
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One thread: these models are tiny, and with more threads than free cores (other jobs on a
-    2-core machine) torch's thread pool slows down by an order of magnitude."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def trained(_one_thread):
+def trained():
     t0 = time.perf_counter()
     models = {name: _train(name) for name in ("copynet", "rnnsearch")}
     return models, time.perf_counter() - t0

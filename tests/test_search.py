@@ -26,15 +26,6 @@ MECHS = sorted(MECHANISMS)
 LIVE = NEG / 2  # hypotheses scoring below this used an impossible token
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread is fastest, and robust when other jobs share the CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _model(name: str, seed: int = 0, scale: float = 3.0):
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=8, hidden=16)

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
+from pipeline.params import dataclass_from_dict
 from pipeline.shards import ShardWriter, make_schema
 
 RULE_TYPES: tuple[str, ...] = ("x->0", "x->x", "x->xx", "xy->x", "xy->xy")
@@ -83,13 +84,7 @@ class RulesConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RulesConfig":
         """Build from a params dict; unknown keys are an error (typos must not pass silently)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown RulesConfig key(s) {unknown}; allowed keys are {sorted(known)}"
-            )
-        return cls(**d)
+        return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
