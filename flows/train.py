@@ -8,13 +8,12 @@ import json
 import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
-from models import build_model
 from models.config import ModelConfig
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.shards import read_manifest, read_split, write_json_atomic, write_text_atomic
 from pipeline.tracking import RunLogger, provenance_tags
-from pipeline.train import TrainConfig, train
+from pipeline.train import TrainConfig, build_seeded_model, train
 from pipeline.vocab import Vocab
 
 
@@ -36,7 +35,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
     manifests = {s: read_manifest(paths.split(s)) for s in ("train", "valid")}
     data_hash = "".join(m["content_sha256"] for m in manifests.values())
     ckpt_dir = paths.checkpoints(mechanism)
-    model = build_model(mechanism, model_cfg)
+    model = build_seeded_model(mechanism, model_cfg, train_cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
 
     # Reopen the MLflow run only when resuming the same configuration (an interrupted run).

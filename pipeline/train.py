@@ -66,6 +66,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
+    """The model's initial weights come from the training seed, so a run is reproducible."""
+    from models import build_model
+
+    seed_everything(seed)
+    return build_model(mechanism, model_cfg)
+
+
 def save_atomic(obj, path: Path) -> None:
     """torch.save to a temp file in the same directory, then rename: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
