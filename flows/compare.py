@@ -31,7 +31,7 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], cfg: dict, tracking: d
     md = paths.comparison / f"{task_name}.md"
     write_text_atomic(md, text)
 
-    bars = {DISPLAY_NAMES.get(m, m): v for m, v in accuracy_rows(metrics, "test", columns, "top1").items()}
+    bars = {f"{DISPLAY_NAMES.get(m, m)} (test)": v for m, v in accuracy_rows(metrics, "test", columns, "top1").items()}
     if paper:
         bars.update({f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
                      for m, vals in paper["rows"].items() if m in metrics})
