@@ -38,13 +38,14 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
     model = build_seeded_model(mechanism, model_cfg, train_cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
 
-    # Reopen the MLflow run only when resuming the same configuration (an interrupted run).
+    # Reopen the MLflow run only when resuming an interrupted run of the same configuration.
     run_file = ckpt_dir / "run.json"
     identity = {"model": vars(model_cfg), "train": vars(train_cfg), "data": data_hash}
     previous = None
     if run_file.exists():
         recorded = json.loads(run_file.read_text())
-        previous = recorded.get("run_id") if recorded.get("identity") == identity else None
+        unfinished = recorded.get("identity") == identity and not recorded.get("completed")
+        previous = recorded.get("run_id") if unfinished else None
     tracking = section(params, "tracking")
     with RunLogger(f"{tracking['experiment_prefix']}{task_name}", mechanism, previous,
                    tags={**provenance_tags(manifests), "task": task_name, "mechanism": mechanism}) as run:
@@ -55,6 +56,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
                         tgt_vocab, train_cfg, ckpt_dir, model_config=vars(model_cfg), data_hash=data_hash,
                         on_epoch=lambda row: run.metrics(row, step=row["epoch"]))
         write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
+        write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity, "completed": True})
     return history[-1] if history else {}
 
 

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from pipeline.batching import batch_from_rows, length_bucketed_batches, row_leng
 from pipeline.extended_vocab import ext_ids_to_tokens
 from pipeline.metrics import exact_match_by_group
 from pipeline.params import dataclass_from_dict
+from pipeline.shards import atomic_path
 from pipeline.search import beam_search, greedy
 from pipeline.vocab import Vocab
 
@@ -78,16 +77,9 @@ def score_records(records: list[dict], cfg: EvalConfig) -> dict:
 
 
 def write_jsonl_atomic(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
 def copy_trace(model, table: pa.Table, row: int, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int,

@@ -25,8 +25,9 @@ import tempfile
 import uuid
 import weakref
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -57,24 +58,30 @@ def make_schema(extra: Iterable[pa.Field] = ()) -> pa.Schema:
 # --------------------------------------------------------------------------- #
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` via a temp file in the same directory + ``os.replace``.
+@contextmanager
+def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temp path in ``path``'s directory; on success it is renamed onto ``path``.
 
-    The parent directory is created if needed. Readers see either the old file
-    or the complete new one, never a prefix.
+    The parent directory is created if needed. Readers see either the old file or the complete
+    new one, never a prefix; on an exception the temp file is removed and ``path`` is untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield Path(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see ``atomic_path``)."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

@@ -6,18 +6,17 @@ Checkpoint directory layout:
   last.pt     model + optimizer + RNG states + epoch + fingerprint (resume after interruption)
   model.pt    weights of the best epoch by validation loss, with the model config (for evaluation)
   history.json one row per epoch (the learning curve)
-Resuming happens only when last.pt carries the same fingerprint (model, training and data
-settings); anything else starts afresh, so a params change never continues a stale run.
+Resuming happens only when last.pt is unfinished (an interrupted run) and carries the same
+fingerprint (model, training and data settings); anything else starts afresh, so neither a params
+change nor a rerun after a code change continues a stale run.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 import random
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from tqdm import tqdm
 
 from pipeline.batching import batch_from_rows, length_bucketed_batches, row_lengths
 from pipeline.params import dataclass_from_dict
-from pipeline.shards import write_json_atomic
+from pipeline.shards import atomic_path, write_json_atomic
 from pipeline.vocab import PAD, Vocab
 
 
@@ -76,15 +75,8 @@ def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
 
 def save_atomic(obj, path: Path) -> None:
     """torch.save to a temp file in the same directory, then rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def fingerprint(*parts: dict) -> str:
@@ -141,7 +133,7 @@ def train(
     last = ckpt_dir / "last.pt"
     if last.exists():
         ckpt = torch.load(last, map_location=device, weights_only=False)
-        if ckpt.get("fingerprint") == fp:
+        if ckpt.get("fingerprint") == fp and ckpt["epoch"] < cfg.epochs:
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
             random.setstate(ckpt["python_rng"])

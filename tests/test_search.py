@@ -5,7 +5,6 @@ sources holding a decoder OOV, so the extended vocabulary (V + X = 7 ids) is par
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
@@ -16,7 +15,7 @@ from models.config import ModelConfig
 from pipeline.batching import collate
 from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
-from pipeline.vocab import EOS, PAD, SPECIALS, Vocab
+from pipeline.vocab import EOS, SPECIALS, Vocab
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)
 TGT_VOCAB = Vocab(list(SPECIALS) + ["a", "b"], [0] * 4 + [1] * 2)  # V = 6; "c" and "z" are OOV

@@ -60,6 +60,15 @@ def test_resume_after_interruption_equals_uninterrupted(data, tmp_path):
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], abs=1e-9)
 
 
+def test_rerun_after_a_completed_run_starts_afresh(data, tmp_path):
+    """DVC reruns a finished training after a code change: that must retrain, not resume."""
+    first, _ = _run(data, tmp_path / "d")
+    again, history = _run(data, tmp_path / "d")
+    assert [r["epoch"] for r in history] == [1, 2, 3]  # trained again from epoch 1
+    for p, q in zip(first.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(p, q)  # seeded: the same result
+
+
 def test_changed_settings_start_afresh(data, tmp_path):
     _run(data, tmp_path / "c", stop_after=None)
     tables, src, tgt = data
