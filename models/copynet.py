@@ -48,8 +48,10 @@ class CopyNetOutput(OutputLayer):
         return torch.bmm(rho.unsqueeze(1), state["memory"]).squeeze(1)  # (B, 2H)
 
     def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        gen = self.mask_unemittable(self.w_o(s_t))  # (B, V) psi_g, eq. 7
-        copy = torch.bmm(state["copy_keys"], s_t.unsqueeze(2)).squeeze(2)  # (B, S) psi_c, eq. 8
+        # Scores in float32 even under CUDA autocast: the shared normaliser (logsumexp, scatter)
+        # is not on autocast's float32 list, and bf16 would quantise the log-likelihood.
+        gen = self.mask_unemittable(self.w_o(s_t).float())  # (B, V) psi_g, eq. 7
+        copy = torch.bmm(state["copy_keys"], s_t.unsqueeze(2)).squeeze(2).float()  # (B, S) psi_c, eq. 8
         copy = copy.masked_fill(~state["src_mask"], NEG)
         log_probs, copy_logp = mix_scores(gen, copy, state["src_ext"], state["n_ext"])  # eq. 4-6
         return log_probs, {"copy_logp": copy_logp}

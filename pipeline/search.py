@@ -92,7 +92,9 @@ def beam_search(model, batch, beam_size: int = 10, max_len: int = 50, min_len: i
     hist = history.tolist()
     for b in range(bsz):
         rows = range(b * k, (b + 1) * k)
-        hyps = [Hypothesis([i for i in hist[r] if i != PAD], float(scores[r]), float(rank[r])) for r in rows]
+        # Rows below NEG/2 used an impossible token (only when fewer than K candidates exist).
+        hyps = [Hypothesis([i for i in hist[r] if i != PAD], float(scores[r]), float(rank[r]))
+                for r in rows if float(scores[r]) > NEG / 2]
         out.append(sorted(hyps, key=lambda h: -h.rank_score))
     return out
 

@@ -8,7 +8,9 @@ Checkpoint directory layout:
   history.json one row per epoch (the learning curve)
 Resuming happens only when last.pt is unfinished (an interrupted run) and carries the same
 fingerprint (model, training and data settings); anything else starts afresh, so neither a params
-change nor a rerun after a code change continues a stale run.
+change nor a rerun of a finished training (e.g. after a code change) continues a stale run. The
+fingerprint does not cover the code: after changing the code under an *interrupted* run, delete
+its last.pt to start afresh.
 """
 from __future__ import annotations
 
