@@ -1,36 +1,181 @@
-"""prepare@<task>: make the task's Arrow shards (train/valid/test[/test_unseen] + manifests)."""
+"""prepare@<corpus>: turn one corpus (or generator) into Arrow shards + manifests + quarantine.
+
+``params.yaml``: ``corpora`` maps each corpus to prepare to its raw input (the file or directory
+DVC watches); ``prepare.<corpus>`` holds the reader's settings, ``reader`` naming the module in
+``pipeline/corpora``. Settings whose names end in ``_dir``/``_file`` (or ``_files``, a list) are
+paths relative to that raw input, except ``cache_dir`` (a working cache, e.g. jieba's
+segmentations), which is relative to the project root.
+
+Optional ``subword: {vocab_size: N, model_type: unigram|bpe, drop_columns: [...]}`` in any
+corpus's settings re-tokenises its shards with sentencepiece, trained on the train split only; the
+model (``subword.model``/``.vocab``) is written beside the splits, so it is versioned with them. CPU-bound work is mapped over chunks as Prefect tasks (retried
+on failure) that run in a local process pool, or on a Dask cluster when
+``parallel.task_runner: dask`` (the optional ``[dask]`` extra).
+"""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
 import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
+from prefect.cache_policies import NONE
 
-from pipeline.corpora import copynet_rules
+from pipeline.parallel import bounded_ordered_map
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 
-# Generators and readers by the name a task's `prepare.<task>.generator` gives.
-GENERATORS = {"copynet_rules": (copynet_rules.RulesConfig, copynet_rules.write_splits)}
+PATH_SUFFIXES = ("_dir", "_file")
 
 
-@task(retries=1)
-def write_shards(kind: str, settings: dict, out_root: str) -> dict:
-    config_cls, write = GENERATORS[kind]
-    return write(config_cls.from_dict(settings), Path(out_root))
+def reader_module(name: str):
+    """The reader (or generator) module ``pipeline.corpora.<name>``: a ``Config`` and ``write_splits``."""
+    import importlib
+
+    from pipeline import corpora
+
+    known = sorted(p.stem for p in Path(corpora.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+    known = [k for k in known if k != "common"]
+    if name not in known:
+        raise ValueError(f"unknown reader {name!r}; known: {known}")
+    module = importlib.import_module(f"pipeline.corpora.{name}")
+    if not hasattr(module, "Config") or not hasattr(module, "write_splits"):
+        raise ValueError(f"pipeline.corpora.{name} is not a reader (needs Config and write_splits)")
+    return module
 
 
-@flow(name="prepare")
-def prepare_flow(task_name: str, params_path: str | None = None) -> dict:
-    settings = dict(section(load_params(params_path), "prepare", task_name))
-    kind = settings.pop("generator", None)
-    if kind not in GENERATORS:
-        raise ValueError(f"prepare.{task_name}.generator must be one of {sorted(GENERATORS)}, got {kind!r}")
-    manifests = write_shards(kind, settings, str(TaskPaths(task_name, project_root(params_path)).shards))
+def resolve_paths(settings: dict, raw_root: Path, root: Path) -> dict:
+    """Make every ``*_dir``/``*_file``/``*_files`` setting absolute, relative to ``raw_root``
+    (``cache_dir``: relative to the project ``root``)."""
+    def resolve(value: Any, base: Path = raw_root) -> Any:
+        return value if value is None or os.path.isabs(value) else str(base / value)
+
+    out = dict(settings)
+    for key, value in settings.items():
+        if key == "cache_dir":
+            out[key] = resolve(value, root)
+        elif key.endswith(PATH_SUFFIXES):
+            out[key] = resolve(value)
+        elif key.endswith("_files") and value is not None:
+            out[key] = [resolve(v) for v in value]
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Chunk mapping as Prefect tasks
+# --------------------------------------------------------------------------- #
+
+_POOL: ProcessPoolExecutor | None = None  # the local process pool behind the thread-pool runner
+
+
+@task(retries=2, retry_delay_seconds=1, cache_policy=NONE)
+def run_chunk(fn: Callable, chunk: Any, local_pool: bool) -> Any:
+    """One chunk of CPU-bound work; with the local runner it runs in the flow's process pool."""
+    if local_pool and _POOL is not None:
+        return _POOL.submit(fn, chunk).result()
+    return fn(chunk)
+
+
+def prefect_map(workers: int, local_pool: bool) -> Callable[[Callable, Iterable], Iterator]:
+    """``map_chunks`` for readers: every chunk a Prefect task, results in order, bounded in flight."""
+    def map_chunks(fn: Callable, chunks: Iterable) -> Iterator:
+        return bounded_ordered_map(
+            lambda f, c: run_chunk.submit(f, c, local_pool), lambda fut: fut.result(), fn, chunks, 2 * workers
+        )
+
+    return map_chunks
+
+
+def task_runner(runtime: dict):
+    """ThreadPoolTaskRunner (local: tasks hand chunks to a process pool) or DaskTaskRunner."""
+    kind = runtime.get("task_runner", "local")
+    if kind == "local":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=max(1, runtime["workers"]))
+    if kind == "dask":
+        try:
+            from prefect_dask import DaskTaskRunner
+        except ImportError as err:  # optional extra
+            raise RuntimeError(
+                "parallel.task_runner: dask needs the optional extra: pip install -e '.[dask]'"
+            ) from err
+        address = runtime.get("dask_address")
+        if address:
+            return DaskTaskRunner(address=address)
+        return DaskTaskRunner(cluster_kwargs={"n_workers": runtime["workers"], "processes": True})
+    raise ValueError(f"parallel.task_runner must be 'local' or 'dask', got {kind!r}")
+
+
+def runtime_settings(params: dict) -> dict:
+    runtime = {"task_runner": "local", "workers": 0, "dask_address": None, **params.get("parallel", {})}
+    runtime["workers"] = int(runtime["workers"]) or os.cpu_count() or 1
+    return runtime
+
+
+# --------------------------------------------------------------------------- #
+# The flow
+# --------------------------------------------------------------------------- #
+
+
+def write_subword_splits(module, cfg, out_root: Path, subword: dict, map_chunks) -> dict:
+    """The reader's word-level splits go to a hidden sibling; sentencepiece, trained on its train
+    split, re-tokenises them into ``out_root``, which also receives the model."""
+    import shutil
+
+    from pipeline.text.subword import retokenize_corpus, train_sentencepiece_from_corpus
+
+    words_root = out_root.parent / f".{out_root.name}.words"
+    shutil.rmtree(words_root, ignore_errors=True)
+    try:
+        module.write_splits(cfg, words_root, map_chunks=map_chunks)
+        drop = subword.pop("drop_columns", ())
+        model = train_sentencepiece_from_corpus(words_root, words_root / "subword", **subword)
+        manifests = retokenize_corpus(words_root, out_root, model, drop_columns=drop, map_chunks=map_chunks)
+        for suffix in (".model", ".vocab"):
+            shutil.copy2(model.with_suffix(suffix), out_root / f"subword{suffix}")
+        return manifests
+    finally:
+        shutil.rmtree(words_root, ignore_errors=True)
+
+
+def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
+    """Read ``corpus``'s settings, run its reader into ``data/shards/<corpus>``; return manifests."""
+    global _POOL
+    params = load_params(params_path)
+    root = project_root(params_path)
+    settings = dict(section(params, "prepare", corpus))
+    module = reader_module(settings.pop("reader", None) or "")
+    subword = settings.pop("subword", None)
+    raw = params.get("corpora", {}).get(corpus)
+    settings = resolve_paths(settings, root / raw if raw is not None else root, root)
+    cfg = module.Config.from_dict(settings)
+    runtime = runtime_settings(params)
+    local_pool = runtime["task_runner"] == "local" and runtime["workers"] > 1
+    out_root = TaskPaths(corpus, root).shards
+
+    @flow(name="prepare", flow_run_name=f"prepare-{corpus}", task_runner=task_runner(runtime))
+    def prepare_flow() -> dict:
+        map_chunks = prefect_map(runtime["workers"], local_pool)
+        if not subword:
+            return module.write_splits(cfg, out_root, map_chunks=map_chunks)
+        return write_subword_splits(module, cfg, out_root, dict(subword), map_chunks)
+
+    if local_pool:
+        _POOL = ProcessPoolExecutor(runtime["workers"])
+    try:
+        manifests = prepare_flow()
+    finally:
+        if _POOL is not None:
+            _POOL.shutdown(cancel_futures=True)
+            _POOL = None
     for split, m in manifests.items():
-        print(f"{task_name}/{split}: {m['rows']} rows, {m['rows_quarantined']} quarantined")
+        reasons = ", ".join(f"{r} {n}" for r, n in m["quarantine_reasons"].items())
+        print(f"{corpus}/{split}: {m['rows']} rows, {m['rows_quarantined']} quarantined" + (f" ({reasons})" if reasons else ""))
     return manifests
 
 
 if __name__ == "__main__":
-    flows.cli(prepare_flow, __doc__, "task")
+    flows.cli(prepare_corpus, __doc__, "corpus")

@@ -147,6 +147,7 @@ class ShardWriter:
         self._parts: list[dict] = []
         self._rows = 0
         self._reasons: Counter[str] = Counter()
+        self.stats: dict[str, int | float] = {}  # reader counters, written to the manifest
         self._manifest: dict | None = None
         self._closed = False
 
@@ -236,6 +237,8 @@ class ShardWriter:
                 "params": self.params,
                 "content_sha256": content_sha256(p["sha256"] for p in self._parts),
             }
+            if self.stats:
+                manifest["stats"] = dict(sorted(self.stats.items()))
             assert manifest["rows_in"] == manifest["rows"] + manifest["rows_quarantined"]
             assert sum(p["rows"] for p in self._parts) == manifest["rows"]
             write_json_atomic(self._tmp_dir / MANIFEST_NAME, manifest)

@@ -29,6 +29,27 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def harness():
+    """Prefect's test harness (one temporary server, ~22 s) shared by every flow test."""
+    import flows  # noqa: F401  (quiet settings)
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared/data; the test is skipped when it is absent (users won't have it)."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    return path
+
+
 def tiny_params() -> dict:
     """The repo's params.yaml scaled down so the whole pipeline runs in seconds."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())

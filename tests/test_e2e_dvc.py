@@ -75,6 +75,15 @@ def test_dvc_repro_end_to_end(repo_copy):
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-qm", "repro"], repo, env)
 
+    # The default remote (a directory beside the repository) moves prepared data between machines.
+    run(["dvc", "push"], repo, env)
+    manifest = (repo / "data/shards/copy_rules/test/manifest.json").read_text()
+    shutil.rmtree(repo / "data/shards/copy_rules")
+    shutil.rmtree(repo / ".dvc/cache")
+    run(["dvc", "pull"], repo, env)
+    assert (repo / "data/shards/copy_rules/test/manifest.json").read_text() == manifest
+    assert (repo.parent / "copyseq-dvc-remote").is_dir()
+
     # Changing train.* makes only the training stages stale (evaluate/compare follow from their outputs).
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train"]["epochs"] = 1

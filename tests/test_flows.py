@@ -8,25 +8,16 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def harness():
-    import flows  # noqa: F401  (quiet settings)
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def test_all_flows_end_to_end(harness, tiny_project):
     from flows.compare import compare_flow
     from flows.evaluate import evaluate_flow
-    from flows.prepare import prepare_flow
+    from flows.prepare import prepare_corpus
     from flows.train import train_flow
     from flows.vocab import vocab_flow
     from pipeline.shards import read_manifest
 
     params = str(tiny_project / "params.yaml")
-    manifests = prepare_flow("copy_rules", params)
+    manifests = prepare_corpus("copy_rules", params)
     # 5 rules x 8 instances: 4 train (1 valid carved out) and 4 test per rule; 2 unseen per rule.
     assert {s: m["rows"] for s, m in manifests.items()} == {"train": 15, "valid": 5, "test": 20, "test_unseen": 10}
     assert read_manifest(tiny_project / "data/shards/copy_rules/train")["rows_in"] == 15
@@ -71,3 +62,28 @@ def test_all_flows_end_to_end(harness, tiny_project):
         assert by_name[mech]["metrics.test.top1"] == pytest.approx(m["test"]["top1"])
         assert by_name[mech]["metrics.valid_loss"] > 0
     assert "comparison" in by_name
+
+
+_FAILED_ONCE: set[int] = set()
+
+
+def _flaky_double(chunk: list[int]) -> list[int]:
+    """Fails the first time it sees a chunk starting with 3 (a transient failure), then works."""
+    if chunk[0] == 3 and 3 not in _FAILED_ONCE:
+        _FAILED_ONCE.add(3)
+        raise OSError("transient")
+    return [2 * x for x in chunk]
+
+
+def test_prefect_map_orders_results_and_retries_a_failed_chunk(harness):
+    from prefect import flow
+
+    from flows.prepare import prefect_map
+    from pipeline.parallel import chunked
+
+    @flow
+    def mapped() -> list[list[int]]:
+        return list(prefect_map(workers=2, local_pool=False)(_flaky_double, chunked(range(10), 3)))
+
+    assert mapped() == [[0, 2, 4], [6, 8, 10], [12, 14, 16], [18]]
+    assert _FAILED_ONCE == {3}  # the chunk failed once and its retry succeeded

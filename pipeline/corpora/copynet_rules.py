@@ -289,8 +289,14 @@ def generate_examples(cfg: RulesConfig) -> dict[str, list[dict]]:
     return out
 
 
-def write_splits(cfg: RulesConfig, out_root: Path) -> dict[str, dict]:
-    """Write every split to ``out_root/<split>/`` as shards; return the manifests by split."""
+Config = RulesConfig  # the name every reader in pipeline/corpora exposes
+
+
+def write_splits(cfg: RulesConfig, out_root: Path, map_chunks=None) -> dict[str, dict]:
+    """Write every split to ``out_root/<split>/`` as shards; return the manifests by split.
+
+    ``map_chunks`` is the readers' parallel-map hook; generating a few MB needs none.
+    """
     out_root = Path(out_root)
     manifests: dict[str, dict] = {}
     for split, rows in generate_examples(cfg).items():

@@ -1,0 +1,134 @@
+"""DUC 2003 / 2004 task 1 reader: documents + 4 reference summaries -> one test split."""
+from __future__ import annotations
+
+import hashlib
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline.corpora import duc
+from pipeline.corpora.common import CorpusFormatError
+from pipeline.shards import read_split
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "duc"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def config(root: Path = FIXTURES, **overrides) -> duc.Config:
+    return duc.Config.from_dict({"docs_dir": str(root / "docs"), "models_dir": str(root / "models"), **overrides})
+
+
+def quarantine(split_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (split_dir / "quarantine.jsonl").read_text().splitlines()]
+
+
+def test_fixture_rows_refs_and_stats(tmp_path):
+    manifest = duc.write_splits(config(), tmp_path)["test"]
+    assert (manifest["rows"], manifest["rows_in"]) == (2, 3)
+    assert manifest["quarantine_reasons"] == {"no_references": 1}
+    assert manifest["stats"] == {
+        "dateline_stripped": 2,  # BOSTON (AP) -- ; GENEVA, Switzerland (AP) _
+        "docs_with_fewer_refs": 1,  # the NYT document has 2 (plus one empty file)
+        "empty_references": 1,
+        "model_files_other": 1,  # D100.M.100.A.G, a multi-document summary
+        "models_without_doc": 1,  # D101...APW19990101.0001
+        "ref_tokens": 42,  # 8 + 9 + 6 + 4 (APW) + 8 + 7 (NYT)
+        "refs": 6,
+        "src_tokens": 57,  # 32 (APW) + 25 (NYT)
+    }
+    apw, nyt = read_split(tmp_path / "test").to_pylist()
+    assert apw["id"] == "d100a/APW19990519.0113"
+    assert apw["src"] == [
+        "farmers", "whose", "orchards", "could", "n't", "survive", "the", "frosts", "in", "their", "valley",
+        "won", "some", "help", "after", "engineers", "ran", "a", "warm", "air", "fan", "across", "a", "stretch",
+        "of", "their", "land", ",", "a", "report", "said", ".",
+    ]
+    # references in file-name (assessor G, H, I, J) order, tokenised like Gigaword headlines
+    assert apw["refs_raw"] == [
+        "Warm air fans may shield orchards from frost.",
+        "Fans save 8 of 11 orchards from valley frost",
+        "Engineers protect orchards with warm air.",
+        "Frost, orchards, fans, farmers",
+    ]
+    assert apw["refs"] == [
+        ["warm", "air", "fans", "may", "shield", "orchards", "from", "frost"],
+        ["fans", "save", "#", "of", "##", "orchards", "from", "valley", "frost"],
+        ["engineers", "protect", "orchards", "with", "warm", "air"],
+        ["frost", "orchards", "fans", "farmers"],
+    ]
+    assert apw["tgt"] == apw["refs"][0]
+    assert nyt["src"][:5] == ["soil", "quality", "remains", "the", "main"]  # &Cx1f; codes in <HEADER> ignored
+    assert nyt["refs_raw"] == ["Soil, rainfall, and frost timing shape grape harvests.",
+                               "Chilean growers: soil quality matters most"]
+    assert nyt["refs"][1] == ["chilean", "growers", ":", "soil", "quality", "matters", "most"]  # ':' is no pull.py punctuation
+    (missing,) = quarantine(tmp_path / "test")
+    assert missing["record"]["where"].endswith("d30016t/APW19981122.0382:2")
+    assert missing["record"]["record"]["lead"].startswith("alpair `` acted by the book ''")
+
+
+def test_any_model_size_and_short_lead_option(tmp_path):
+    manifest = duc.write_splits(config(model_size=None, short_lead_chars=200), tmp_path)["test"]
+    assert manifest["stats"]["model_files_other"] == 1  # M.100 is no per-document (P) model
+    apw, nyt = read_split(tmp_path / "test").to_pylist()
+    # make_DUC.py: a short lead is joined with the next sentence, its period turned into a comma
+    assert apw["src"][-12:] == ["a", "report", "said", ",", "the", "fans", "saved", "#", "of", "##", "orchards", "."]
+    assert nyt["src"][-3:] == ["growers", "report", "."]  # no second sentence to join
+
+
+def test_bad_cluster_directory(tmp_path):
+    shutil.copytree(FIXTURES, tmp_path / "duc")
+    (tmp_path / "duc" / "docs" / "notes").mkdir()
+    with pytest.raises(CorpusFormatError, match=r"notes: not a DUC cluster directory"):
+        duc.write_splits(config(tmp_path / "duc"), tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="models_dir"):
+        duc.write_splits(config(tmp_path / "duc", models_dir=str(tmp_path / "none")), tmp_path / "out")
+
+
+def test_invalid_utf8_reference_and_unclosed_tag(tmp_path):
+    root = tmp_path / "duc"
+    shutil.copytree(FIXTURES, root)
+    ref = root / "models" / "D100.P.10.A.H.NYT19990224.0396.html"
+    ref.write_bytes(b"Chilean growers: caf\xe9 soil")
+    manifest = duc.write_splits(config(root), tmp_path / "out")["test"]
+    assert manifest["quarantine_reasons"] == {"invalid_utf8": 1, "no_references": 1}
+    bad = [q for q in quarantine(tmp_path / "out" / "test") if q["reason"] == "invalid_utf8"][0]
+    assert bad["record"]["where"] == str(ref)
+
+    doc = root / "docs" / "d100a" / "NYT19990224.0396"
+    doc.write_text(doc.read_text().replace("</P>\n</TEXT>", "</TEXT>"))
+    with pytest.raises(CorpusFormatError, match=r"NYT19990224.0396:13: unclosed <P> \(reached </TEXT> at line 17\)"):
+        duc.write_splits(config(root), tmp_path / "out")
+
+
+def test_absurdly_long_lead_is_quarantined(tmp_path):
+    manifest = duc.write_splits(config(max_tokens=30), tmp_path)["test"]
+    assert manifest["quarantine_reasons"] == {"no_references": 1, "src_too_long": 1}  # the 32-token lead
+
+
+def test_shared_duc2003(tmp_path):
+    root = SHARED / "duc2003_task1" / "duc2003"
+    if not root.is_dir():
+        pytest.skip(f"{root} not present")
+    cfg = duc.Config(docs_dir=str(root / "docs.without.headlines"), models_dir=str(root / "detagged.duc2003.abstracts" / "models"))
+    manifest = duc.write_splits(cfg, tmp_path)["test"]
+    # PROVENANCE: 587 document files, 2,348 model files, 4 per (cluster, document)
+    assert (manifest["rows"], manifest["rows_quarantined"]) == (587, 0)
+    stats = manifest["stats"]
+    assert (stats["refs"], stats["docs_with_fewer_refs"], stats["models_without_doc"]) == (2348, 0, 0)
+    assert stats["empty_references"] == 0 and stats["model_files_other"] == 0
+    assert stats["dateline_stripped"] > 350  # most AP/NYT/XIE leads open with a dateline
+    table = read_split(tmp_path / "test").to_pylist()
+    assert all(len(r["refs"]) == len(r["refs_raw"]) == 4 for r in table)
+    first = table[0]
+    assert first["id"] == "d100a/APW19990519.0113"
+    assert first["src"][:4] == ["schizophrenia", "patients", "whose", "medication"]  # dateline gone
+    # the raw reference, kept byte for byte (a hash: the test does not quote the corpus)
+    assert first["refs_raw"][0][:9] == "Magnetic" + " " and first["refs_raw"][0].endswith(" voices.")
+    assert hashlib.sha256(first["refs_raw"][0].encode()).hexdigest()[:16] == "dc9459ee95f55f7c"
+    assert not any(t != t.lower() or any(c.isdigit() for c in t) for r in table for t in r["src"])
+    # the 9 documents of two clusters are two rows each, with their own cluster's references
+    ids = [r["id"].split("/")[1] for r in table]
+    assert len(ids) - len(set(ids)) == 9
