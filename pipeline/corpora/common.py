@@ -21,7 +21,7 @@ import hashlib
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import IO, Any, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -59,6 +59,17 @@ class SplitStats:
 
     def add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
+
+
+def spill_by_split(pairs: Iterable[tuple[str, Any]], handles: Mapping[str, IO[bytes]]) -> None:
+    """Append one chunk's ``(split, item)`` pairs to per-split scratch files: one pickle per split
+    per chunk, read back in order by :func:`read_spill`. Scratch files are private to the process
+    that wrote them; pickle keeps rows and ``Quarantined`` records together."""
+    by_split: dict[str, list] = {}
+    for split, item in pairs:
+        by_split.setdefault(split, []).append(item)
+    for split, items in by_split.items():
+        pickle.dump(items, handles[split], protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def read_spill(path: str | Path) -> Iterator[list]:

@@ -78,7 +78,6 @@ import gc
 import glob
 import gzip
 import hashlib
-import pickle
 import re
 import shutil
 import tempfile
@@ -91,7 +90,7 @@ from typing import IO, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, read_spill, write_corpus
+from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, read_spill, spill_by_split, write_corpus
 from pipeline.parallel import chunked, serial_map
 from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
@@ -608,18 +607,13 @@ def _write_sgml(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, 
         for key in ["docs", "dateline_stripped"] + [f"filtered_{r}" for r in FILTER_RULES if split in cfg.filter_splits]:
             split_stats.add(key, 0)
     try:
-        # The spill is a private scratch file read back by this process only: pickle keeps the
-        # rows and Quarantined records of a chunk together, in order, one load per chunk.
+        # Pass 1 spills each chunk's rows per split to scratch files (common.spill_by_split).
         handles = {s: open(spill_dir / f"{s}.pkl", "wb") for s in SPLIT_NAMES}
         src_counts: Counter = Counter()
         tgt_counts: Counter = Counter()
         try:
             for result in map_chunks(functools.partial(_sgml_chunk, cfg), chunked(config_doc_blocks(cfg), cfg.chunk_size)):
-                by_split: dict[str, list] = {}
-                for split, item in result.items:
-                    by_split.setdefault(split, []).append(item)
-                for split, items in by_split.items():
-                    pickle.dump(items, handles[split], protocol=pickle.HIGHEST_PROTOCOL)
+                spill_by_split(result.items, handles)
                 for split, counts in result.stats.items():
                     for key, n in counts.items():
                         stats[split].add(key, n)

@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import functools
 import json
-import pickle
 import shutil
 import tempfile
 from collections import Counter
@@ -90,7 +89,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.corpora import gigaword
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, read_spill, write_corpus
+from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, read_spill, spill_by_split, write_corpus
 from pipeline.corpora.dress import decode_fields, iter_aligned, require_files
 from pipeline.parallel import chunked, serial_map
 from pipeline.params import dataclass_from_dict
@@ -338,11 +337,7 @@ def _spill(results: Iterable[_EntityChunk], spill_dir: Path) -> dict[str, Counte
     handles = {s: open(spill_dir / f"{s}.pkl", "wb") for s in SPLIT_NAMES}
     try:
         for result in results:
-            by_split: dict[str, list] = {}
-            for split, item in result.items:
-                by_split.setdefault(split, []).append(item)
-            for split, items in by_split.items():
-                pickle.dump(items, handles[split], protocol=pickle.HIGHEST_PROTOCOL)
+            spill_by_split(result.items, handles)
             for split, counts in result.stats.items():
                 totals[split].update(counts)
     finally:
