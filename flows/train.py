@@ -30,7 +30,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
     task_name = paths.task
     src_vocab = Vocab.load(paths.vocab / "src.vocab")
     tgt_vocab = Vocab.load(paths.vocab / "tgt.vocab")
-    model_cfg = ModelConfig.from_dict(section(params, "model"), src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab))
+    model_cfg = ModelConfig.from_dict(section(params, "model"), mechanism, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab))
     train_cfg = TrainConfig.from_dict(section(params, "train"))
     manifests = {s: read_manifest(paths.split(s)) for s in ("train", "valid")}
     data_hash = "".join(m["content_sha256"] for m in manifests.values())

@@ -18,7 +18,7 @@ from pipeline.extended_vocab import pad_extended
 class SoftmaxOutput(OutputLayer):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.readout = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.tgt_vocab)
+        self.readout = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.tgt_vocab)  # [s_t; c_t] -> V
 
     def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         scores = self.mask_unemittable(self.readout(torch.cat([s_t, context], dim=-1)))  # (B, V)

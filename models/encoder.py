@@ -1,5 +1,13 @@
-"""Bidirectional GRU encoder (Bahdanau et al. 2014; CopyNet section 3.1 'Encoder')."""
+"""Encoders. Every encoder maps embedded source tokens to a memory of size 2 * hidden per position
+and a summary vector of the same size, so any output layer works over any encoder.
+
+- ``BiGRUEncoder``: bidirectional GRU (Bahdanau et al. 2014; CopyNet section 3.1 'Encoder').
+- ``TransformerEncoder``: self-attention layers (Vaswani et al. 2017), beyond the seed papers.
+- Read-Again's encoders live in models/read_again.py (they need the raw embeddings twice).
+"""
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -14,7 +22,7 @@ class BiGRUEncoder(nn.Module):
         self.rnn = nn.GRU(emb, hidden, batch_first=True, bidirectional=True)
         self.out_dim = 2 * hidden
 
-    def forward(self, embedded: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, embedded: torch.Tensor, lengths: torch.Tensor, batch=None) -> tuple[torch.Tensor, torch.Tensor]:
         """embedded (B, S, E), lengths (B,) -> memory (B, S, 2H), summary (B, 2H).
 
         summary = [last forward state; first backward state], the fixed-length code of Enc-Dec.
@@ -24,3 +32,48 @@ class BiGRUEncoder(nn.Module):
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=embedded.size(1))  # (B, S, 2H)
         summary = torch.cat([h_n[0], h_n[1]], dim=-1)  # (B, 2H)
         return memory, summary
+
+
+def sinusoid_positions(length: int, dim: int, device=None) -> torch.Tensor:
+    """Vaswani et al. 2017 sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
+    pos = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)  # (S, 1)
+    rate = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim, device=device)
+    pe[:, 0::2] = torch.sin(pos * rate)
+    pe[:, 1::2] = torch.cos(pos * rate[: dim // 2])
+    return pe  # (S, D)
+
+
+class TransformerEncoder(nn.Module):
+    """Pre-norm Transformer encoder with d_model = 2 * hidden (the memory size every output layer
+    expects); the summary is the mean of the memory over real positions."""
+
+    def __init__(self, emb: int, hidden: int, layers: int, heads: int, dropout: float):
+        super().__init__()
+        d_model = 2 * hidden
+        if d_model % heads:
+            raise ValueError(f"transformer_heads {heads} must divide the model size 2 * hidden = {d_model}")
+        self.proj = nn.Linear(emb, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model, dropout=dropout,
+                                           batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(d_model), enable_nested_tensor=False)
+        self.out_dim = d_model
+
+    def forward(self, embedded: torch.Tensor, lengths: torch.Tensor, batch=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """embedded (B, S, E), lengths (B,) -> memory (B, S, 2H), summary (B, 2H)."""
+        steps = embedded.size(1)
+        mask = torch.arange(steps, device=embedded.device).unsqueeze(0) < lengths.to(embedded.device).unsqueeze(1)  # (B, S)
+        x = self.proj(embedded) + sinusoid_positions(steps, self.out_dim, embedded.device)  # (B, S, 2H)
+        memory = self.layers(x, src_key_padding_mask=~mask)  # (B, S, 2H)
+        memory = memory.masked_fill(~mask.unsqueeze(-1), 0.0)
+        summary = memory.sum(dim=1) / mask.sum(dim=1, keepdim=True).clamp_min(1)  # (B, 2H)
+        return memory, summary
+
+
+def make_encoder(cfg) -> nn.Module:
+    """The encoder named by ``cfg.encoder``."""
+    if cfg.encoder == "bigru":
+        return BiGRUEncoder(cfg.emb, cfg.hidden)
+    if cfg.encoder == "transformer":
+        return TransformerEncoder(cfg.emb, cfg.hidden, cfg.transformer_layers, cfg.transformer_heads, cfg.dropout)
+    raise ValueError(f"unknown encoder {cfg.encoder!r}; known: bigru, transformer")

@@ -27,6 +27,9 @@ class Batch:
     src_tokens: list[list[str]]
     tgt_tokens: list[list[str]]
     extra: dict = field(default_factory=dict)  # other shard columns for these rows (e.g. rule_type)
+    # Pointer annotations aligned with tgt_out (Pointer Softmax 5.2-5.3), when the shard has them:
+    tgt_pointer: torch.Tensor | None = None  # (B, T) source position of each target token, -1: none
+    tgt_switch: torch.Tensor | None = None  # (B, T) True where the target token is pointed at
 
     @property
     def size(self) -> int:
@@ -40,6 +43,8 @@ class Batch:
             src_ext=self.src_ext.to(device),
             tgt_in=self.tgt_in.to(device),
             tgt_out=self.tgt_out.to(device),
+            tgt_pointer=None if self.tgt_pointer is None else self.tgt_pointer.to(device),
+            tgt_switch=None if self.tgt_switch is None else self.tgt_switch.to(device),
         )
 
 
@@ -59,13 +64,25 @@ def collate(
     ids: list[str] | None = None,
     extra: dict | None = None,
     max_src_len: int | None = None,
+    pointers: list[list[int]] | None = None,
+    switches: list[list[bool]] | None = None,
 ) -> Batch:
-    """Build a Batch; ``tgt`` may be None at prediction time (targets are then empty)."""
+    """Build a Batch; ``tgt`` may be None at prediction time (targets are then empty).
+
+    ``pointers``/``switches`` are the shard's ``tgt_pointer``/``tgt_switch`` columns (one entry per
+    target token); </s> gets pointer -1 and switch False, and a pointer past a truncated source
+    becomes -1 (the switch is kept: the word is still pointed at, its position unknown).
+    """
     if max_src_len:
         src = [s[:max_src_len] for s in src]
     src = [s if s else [tgt_vocab.itos[EOS]] for s in src]  # an empty source still needs one position
     tgt = tgt if tgt is not None else [[] for _ in src]
     ext = [extend_example(s, t, tgt_vocab) for s, t in zip(src, tgt)]
+    tgt_pointer = tgt_switch = None
+    if pointers is not None and switches is not None:
+        rows = [[p if 0 <= p < len(s) else -1 for p in ptr] + [-1] for ptr, s in zip(pointers, src)]
+        tgt_pointer = _pad(rows, value=-1)
+        tgt_switch = _pad([[int(z) for z in sw] + [0] for sw in switches], value=0).bool()
     return Batch(
         src=_pad([src_vocab.encode(s) for s in src]),
         src_len=torch.tensor([len(s) for s in src], dtype=torch.long),
@@ -78,6 +95,8 @@ def collate(
         src_tokens=src,
         tgt_tokens=tgt,
         extra=extra or {},
+        tgt_pointer=tgt_pointer,
+        tgt_switch=tgt_switch,
     )
 
 
@@ -85,8 +104,11 @@ def batch_from_rows(table: pa.Table, rows: list[int], src_vocab: Vocab, tgt_voca
                     extra_columns: tuple[str, ...] = (), max_src_len: int | None = None) -> Batch:
     part = table.take(pa.array(rows, type=pa.int64()))
     extra = {c: part.column(c).to_pylist() for c in extra_columns if c in part.column_names}
+    annotated = "tgt_pointer" in part.column_names and "tgt_switch" in part.column_names
     return collate(part.column("src").to_pylist(), part.column("tgt").to_pylist(), src_vocab, tgt_vocab,
-                   ids=part.column("id").to_pylist(), extra=extra, max_src_len=max_src_len)
+                   ids=part.column("id").to_pylist(), extra=extra, max_src_len=max_src_len,
+                   pointers=part.column("tgt_pointer").to_pylist() if annotated else None,
+                   switches=part.column("tgt_switch").to_pylist() if annotated else None)
 
 
 def length_bucketed_batches(lengths: list[int], batch_size: int, shuffle: bool, seed: int) -> list[list[int]]:

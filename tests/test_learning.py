@@ -31,11 +31,13 @@ def _example(rng: random.Random, pool: list[str]) -> tuple[list[str], list[str]]
     return ["a", *x, "b"], ["b", *x]
 
 
-def _train(name: str):
+def train_toy(name: str, builder=build_model, **options):
+    """A small model of mechanism ``name`` trained on the toy task (seen fillers only)."""
     random.seed(0)
     torch.manual_seed(0)
     rng = random.Random(f"train-{name}")
-    model = build_model(name, ModelConfig(src_vocab=len(VOCAB), tgt_vocab=len(VOCAB), emb=32, hidden=64))
+    cfg = ModelConfig(src_vocab=len(VOCAB), tgt_vocab=len(VOCAB), emb=32, hidden=64, options=options)
+    model = builder(name, cfg) if builder is build_model else builder(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(STEPS):
@@ -49,7 +51,7 @@ def _train(name: str):
     return model.eval()
 
 
-def _exact_match(model, pool: list[str], seed: int, n: int = 100) -> float:
+def exact_match(model, pool: list[str], seed: int, n: int = 100) -> float:
     rng = random.Random(seed)
     data = [_example(rng, pool) for _ in range(n)]
     batch = collate([s for s, _ in data], [t for _, t in data], VOCAB, VOCAB)
@@ -61,7 +63,7 @@ def _exact_match(model, pool: list[str], seed: int, n: int = 100) -> float:
 @pytest.fixture(scope="module")
 def trained():
     t0 = time.perf_counter()
-    models = {name: _train(name) for name in ("copynet", "rnnsearch")}
+    models = {name: train_toy(name) for name in ("copynet", "rnnsearch")}
     return models, time.perf_counter() - t0
 
 
@@ -75,10 +77,10 @@ def test_unseen_fillers_are_really_oov() -> None:
 
 def test_copynet_copies_unseen_fillers_rnnsearch_cannot(trained) -> None:
     models, seconds = trained
-    copy_seen = _exact_match(models["copynet"], SEEN, seed=1)
-    copy_unseen = _exact_match(models["copynet"], UNSEEN, seed=2)
-    search_seen = _exact_match(models["rnnsearch"], SEEN, seed=1)
-    search_unseen = _exact_match(models["rnnsearch"], UNSEEN, seed=2)
+    copy_seen = exact_match(models["copynet"], SEEN, seed=1)
+    copy_unseen = exact_match(models["copynet"], UNSEEN, seed=2)
+    search_seen = exact_match(models["rnnsearch"], SEEN, seed=1)
+    search_unseen = exact_match(models["rnnsearch"], UNSEEN, seed=2)
     print(f"trained both in {seconds:.1f}s; exact match seen/unseen: CopyNet {copy_seen:.2f}/{copy_unseen:.2f}, "
           f"RNNSearch {search_seen:.2f}/{search_unseen:.2f}")
     assert copy_seen >= 0.9
