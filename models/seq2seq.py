@@ -52,8 +52,8 @@ class OutputLayer(nn.Module):
         return None
 
     def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """s_t (B, H), c_t (B, M), state (with "attn" (B, S) when the decoder attends) ->
-        log p over V + X (B, V + X), state updates."""
+        """s_t (B, H), c_t (B, M), state (with this step's decoder input "x_t" (B, E + extra) and
+        attention "attn" (B, S) when the decoder attends) -> log p over V + X (B, V + X), updates."""
         raise NotImplementedError
 
     def gold_score(self, log_probs: torch.Tensor, state: State, target: torch.Tensor, t: int, batch) -> torch.Tensor:
@@ -104,8 +104,9 @@ class Seq2Seq(nn.Module):
         extra = self.output.extra_input(state, prev_ids)
         if extra is not None:
             inputs.append(extra)
-        s_t, context, weights, dec_updates = self.decoder(state, self.drop(torch.cat(inputs, dim=-1)))
-        view = state if weights is None else {**state, "attn": weights}
+        x_t = self.drop(torch.cat(inputs, dim=-1))  # (B, E + extra)
+        s_t, context, weights, dec_updates = self.decoder(state, x_t)
+        view = {**state, "x_t": x_t} if weights is None else {**state, "x_t": x_t, "attn": weights}
         log_probs, out_updates = self.output(self.drop(s_t), context, view)
         new_state = {**state, **dec_updates, **out_updates}
         if weights is not None:
