@@ -39,6 +39,8 @@ class OutputLayer(nn.Module):
     can_copy: bool = False  # False: an OOV target is only reachable as <unk> (its gold id becomes UNK)
     shortlist: int | None = None  # generate only ids < shortlist (None: all of V); the rest are copied or <unk>
     static_keys: frozenset[str] = frozenset()  # state keys fixed per source (never change while decoding)
+    # A copying layer keeps "copy_logp" (B, S) in its state updates: log p(copy x_j at step t), the
+    # copy-mode probabilities the Figure 3-style heat map draws (else the attention is drawn).
 
     def init_state(self, state: State) -> State:
         """Keys this layer keeps in the decoder state (computed once per source)."""
