@@ -9,6 +9,7 @@ import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
 from models.config import ModelConfig
+from models.param_count import output_layer_parameters
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.shards import read_manifest, read_split, write_json_atomic, write_text_atomic
@@ -37,6 +38,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
     ckpt_dir = paths.checkpoints(mechanism)
     model = build_seeded_model(mechanism, model_cfg, train_cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
+    n_output = output_layer_parameters(model)  # WEAN Table 5's quantity, for every mechanism
 
     # Reopen the MLflow run only when resuming an interrupted run of the same configuration.
     run_file = ckpt_dir / "run.json"
@@ -51,7 +53,8 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
                    tags={**provenance_tags(manifests), "task": task_name, "mechanism": mechanism}) as run:
         write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity})
         if previous != run.run_id:
-            run.params({"model": vars(model_cfg), "train": vars(train_cfg), "n_parameters": n_params})
+            run.params({"model": vars(model_cfg), "train": vars(train_cfg), "n_parameters": n_params,
+                        "output_layer_parameters": n_output})
         history = train(model, read_split(paths.split("train")), read_split(paths.split("valid")), src_vocab,
                         tgt_vocab, train_cfg, ckpt_dir, model_config=vars(model_cfg), data_hash=data_hash,
                         on_epoch=lambda row: run.metrics(row, step=row["epoch"]))

@@ -111,7 +111,7 @@ class PointerGeneratorOutput(OutputLayer):
         log_copy_dist = scatter_logsumexp(log_attn, state["src_ext"], vocab_size + state["n_ext"])  # (B, V+X)
         log_probs = torch.logaddexp(log_gen + pad_extended(log_vocab, state["n_ext"]),
                                     log_copy + log_copy_dist)  # (B, V + X), eq. 9
-        updates = {}
+        updates = {"copy_logp": log_copy + log_attn}  # (B, S) log (1 - p_gen) a_i^t: the heat map's copy mode
         if self.coverage:
             # covloss_t = sum_i min(a_i^t, c_i^t), c^t = sum of the previous steps' attention (eq. 12)
             updates["covloss"] = torch.minimum(attn, state["coverage"].float()).sum(dim=-1)  # (B,)

@@ -56,6 +56,7 @@ def tiny_params() -> dict:
     params = copy.deepcopy(params)
     params["prepare"]["copy_rules"].update(n_rules=5, instances_per_rule=8, unseen_per_rule=2, max_filler=4)
     params["model"].update(emb=8, hidden=12)
+    params["model"]["pointer_softmax"]["shortlist"] = 20  # the tiny vocabulary has fewer words than 250
     params["train"].update(epochs=2, batch_size=8)
     params["evaluate"].update(beam_size=3, max_len=20, batch_size=16)
     return params
