@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from models import DISPLAY_NAMES
+
 from tests.conftest import REPO, tiny_params
 
 pytestmark = pytest.mark.slow
@@ -53,7 +55,8 @@ def test_dvc_repro_end_to_end(repo_copy):
     repo, env = repo_copy
     run(["scripts/with_prefect_server.sh", "dvc", "repro"], repo, env, timeout=900)
 
-    mechs = ("encdec", "rnnsearch", "copynet")
+    mechs = tuple(tiny_params()["mechanisms"])  # every mechanism of the default params
+    assert {"encdec", "rnnsearch", "copynet", "pointer_softmax", "wean", "read_again", "pointer_generator"} <= set(mechs)
     for split in ("train", "valid", "test", "test_unseen"):
         manifest = json.loads((repo / f"data/shards/copy_rules/{split}/manifest.json").read_text())
         assert manifest["rows"] > 0 and (repo / f"data/shards/copy_rules/{split}/part-00000.arrow").exists()
@@ -63,7 +66,7 @@ def test_dvc_repro_end_to_end(repo_copy):
         assert metrics["test"]["n"] == 20
         assert (repo / f"data/eval/runs/copy_rules/{mech}/heatmap.png").exists()
     table = (repo / "data/eval/comparison/copy_rules.md").read_text()
-    assert all(f"| {name} (ours) |" in table for name in ("Enc-Dec", "RNNSearch", "CopyNet"))
+    assert all(f"| {DISPLAY_NAMES[m]} (ours) |" in table for m in mechs)
     assert (repo / "data/eval/comparison/copy_rules.png").exists()
 
     # A second repro has nothing to do.
