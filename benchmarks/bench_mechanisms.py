@@ -1,4 +1,4 @@
-"""Throughput of each mechanism (Enc-Dec, RNNSearch, CopyNet): training and decoding.
+"""Throughput of each mechanism in models.MECHANISMS (each with its own default options): training and decoding.
 
 Synthetic batches shaped like the CopyNet rule data (pipeline.corpora.copynet_rules with a small
 RulesConfig and its 1,000-symbol alphabet). For every mechanism, a fresh model is trained for

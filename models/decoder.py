@@ -3,8 +3,8 @@ the context c_t (B, M) the output layer reads, and the attention weights (B, S) 
 
 - ``BahdanauDecoder`` (CopyNet section 3 / Bahdanau et al. 2014): attend with s_{t-1}, then
   s_t = GRU([x_t; c_t], s_{t-1}) (CopyNet eq. 2-3); without attention it is Enc-Dec's decoder
-  reading one fixed code. ``coverage=True`` adds See et al. (2017)'s coverage vector
-  cov^t = sum_{t' < t} a^{t'} (eq. 10) to the attention score (eq. 11).
+  reading one fixed code. (The pointer-generator's coverage decoder, which attends after the
+  update, is in models/pointer_generator.py.)
 - ``LuongDecoder`` (Luong et al. 2015; WEAN section 2 and 3.1.3): a stacked LSTM updates first,
   then attends with the new top state s_t ('general' score).
 
@@ -22,14 +22,11 @@ State = dict
 
 
 class BahdanauDecoder(nn.Module):
-    def __init__(self, in_dim: int, hidden: int, memory_dim: int, attention: bool = True, coverage: bool = False):
+    def __init__(self, in_dim: int, hidden: int, memory_dim: int, attention: bool = True):
         super().__init__()
-        if coverage and not attention:
-            raise ValueError("coverage needs attention")
         self.out_dim, self.context_dim = hidden, memory_dim
         self.bridge = nn.Linear(memory_dim, hidden)  # s_0 = tanh(W [h_fwd_last; h_bwd_first])
-        self.attention = BahdanauAttention(hidden, memory_dim, hidden, coverage) if attention else None
-        self.coverage = coverage
+        self.attention = BahdanauAttention(hidden, memory_dim, hidden) if attention else None
         self.cell = nn.GRUCell(in_dim + memory_dim, hidden)
         self.static_keys = frozenset({"keys", "summary"})
 
@@ -39,8 +36,6 @@ class BahdanauDecoder(nn.Module):
             state["summary"] = summary  # (B, 2H): Enc-Dec reads one fixed vector
         else:
             state["keys"] = self.attention.keys(memory)  # (B, S, H)
-        if self.coverage:
-            state["coverage"] = memory.new_zeros(mask.shape)  # (B, S): cov^1 = 0
         return state
 
     def forward(self, state: State, x: torch.Tensor):
@@ -49,10 +44,7 @@ class BahdanauDecoder(nn.Module):
         if self.attention is None:
             context, weights = state["summary"], None
         else:
-            context, weights = self.attention(state["s"], state["keys"], state["memory"], state["src_mask"],
-                                              state.get("coverage"))
-            if self.coverage:
-                updates["coverage"] = state["coverage"] + weights  # cov^{t+1} (See eq. 10)
+            context, weights = self.attention(state["s"], state["keys"], state["memory"], state["src_mask"])
         s_t = self.cell(torch.cat([x, context], dim=-1), state["s"])  # (B, H)
         updates["s"] = s_t
         return s_t, context, weights, updates

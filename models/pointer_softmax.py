@@ -218,11 +218,8 @@ class PointerSoftmaxOutput(OutputLayer):
     @staticmethod
     def log_location(state: State) -> torch.Tensor:
         """log l_t (B, S), NEG at padding. The attention gives probabilities; a weight that underflowed
-        to 0 is clamped to the smallest normal float (log ~ -87), which keeps every gradient finite
-        (exact log-weights need the attention to return them: ``state["log_attn"]`` is used when given)."""
+        to 0 is clamped to the smallest normal float (log ~ -87), which keeps every gradient finite."""
         mask = state["src_mask"]
-        if "log_attn" in state:
-            return state["log_attn"].float().masked_fill(~mask, NEG)
         attn = state["attn"].float()  # (B, S)
         return attn.clamp_min(torch.finfo(attn.dtype).tiny).log().masked_fill(~mask, NEG)
 

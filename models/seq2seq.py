@@ -17,6 +17,7 @@ reorders it with ``index_select`` on dim 0.
 Training maximises, per target token, ``output_layer.gold_score`` (default: log p(y_t), CopyNet
 eq. 10); a mechanism whose paper trains another per-step objective overrides it (Pointer
 Softmax: log p(y_t, z_t), with the switch z_t observed; coverage: minus the coverage penalty).
+Validation (eval mode) always scores log p(y_t), the same quantity for every mechanism.
 """
 from __future__ import annotations
 
@@ -130,14 +131,21 @@ class Seq2Seq(nn.Module):
             unreachable = unreachable & ~in_src
         return target.masked_fill(unreachable, UNK)
 
-    def forward(self, batch) -> torch.Tensor:
-        """Teacher forcing: the per-token objective (log p(y_t | y_<t, X) unless the output layer
-        says otherwise) of every gold token, (B, T); 0 at padding."""
+    def forward(self, batch, objective: bool | None = None) -> torch.Tensor:
+        """Teacher forcing: per gold token (B, T), 0 at padding. In training mode the output layer's
+        objective (``gold_score``: log p(y_t | y_<t, X) unless the mechanism says otherwise); in
+        eval mode always log p(y_t | y_<t, X) from ``step``, so validation loss and perplexity mean
+        the same for every mechanism (the model of the best epoch is chosen by it). ``objective``
+        overrides the mode's choice (True: the training objective, e.g. to test it in eval mode)."""
         state = self.encode(batch)
         target = self.training_target(batch)
+        objective = self.training if objective is None else objective
         gold = []
         for t in range(batch.tgt_in.size(1)):
             log_probs, state = self.step(state, batch.tgt_in[:, t])
-            gold.append(self.output.gold_score(log_probs, state, target[:, t], t, batch))
+            if objective:  # the mechanism's own objective (e.g. Pointer Softmax's joint, coverage)
+                gold.append(self.output.gold_score(log_probs, state, target[:, t], t, batch))
+            else:  # evaluation: log p(y_t) itself, so validation loss compares across mechanisms
+                gold.append(OutputLayer.gold_score(self.output, log_probs, state, target[:, t], t, batch))
         gold_lp = torch.stack(gold, dim=1)  # (B, T)
         return gold_lp.masked_fill(target == PAD, 0.0)

@@ -71,7 +71,7 @@ def collate(
 
     ``pointers``/``switches`` are the shard's ``tgt_pointer``/``tgt_switch`` columns (one entry per
     target token); </s> gets pointer -1 and switch False, and a pointer past a truncated source
-    becomes -1 (the switch is kept: the word is still pointed at, its position unknown).
+    becomes -1 with its switch off (the word is no longer in the source).
     """
     if max_src_len:
         src = [s[:max_src_len] for s in src]
@@ -80,9 +80,12 @@ def collate(
     ext = [extend_example(s, t, tgt_vocab) for s, t in zip(src, tgt)]
     tgt_pointer = tgt_switch = None
     if pointers is not None and switches is not None:
-        rows = [[p if 0 <= p < len(s) else -1 for p in ptr] + [-1] for ptr, s in zip(pointers, src)]
-        tgt_pointer = _pad(rows, value=-1)
-        tgt_switch = _pad([[int(z) for z in sw] + [0] for sw in switches], value=0).bool()
+        # A pointer cut off by max_src_len points nowhere: switch off (the word is then <unk> on the
+        # shortlist side, as without annotations); an annotated -1 keeps its switch.
+        cut = [[p >= len(s) for p in ptr] for ptr, s in zip(pointers, src)]
+        tgt_pointer = _pad([[-1 if c else p for p, c in zip(ptr, cs)] + [-1] for ptr, cs in zip(pointers, cut)], value=-1)
+        tgt_switch = _pad([[int(z and not c) for z, c in zip(sw, cs)] + [0] for sw, cs in zip(switches, cut)],
+                          value=0).bool()
     return Batch(
         src=_pad([src_vocab.encode(s) for s in src]),
         src_len=torch.tensor([len(s) for s in src], dtype=torch.long),

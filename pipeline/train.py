@@ -86,7 +86,9 @@ def fingerprint(*parts: dict) -> str:
 
 
 def nll_loss(model, batch) -> tuple[torch.Tensor, int]:
-    """Mean negative log-likelihood per target token (CopyNet eq. 10, normalised by tokens)."""
+    """Mean loss per target token: in training mode the mechanism's objective (CopyNet eq. 10's
+    negative log-likelihood unless the mechanism trains another, see Seq2Seq.forward), in eval mode
+    the negative log-likelihood for every mechanism (validation loss)."""
     gold = model(batch)  # (B, T)
     n_tokens = int((batch.tgt_out != PAD).sum())
     return -gold.sum() / max(n_tokens, 1), n_tokens

@@ -258,7 +258,7 @@ def test_coverage_vector_and_loss_by_hand() -> None:
     batch = _batch()
     target = model.training_target(batch)
     with torch.no_grad():
-        gold = model(batch)  # (B, T): log P(w*_t) - lambda covloss_t
+        gold = model(batch, objective=True)  # (B, T): log P(w*_t) - lambda covloss_t
         state = model.encode(batch)
         history = []  # a^1 .. a^t as plain float lists
         largest = 0.0
@@ -289,8 +289,10 @@ def test_coverage_weight_zero_gives_the_plain_nll() -> None:
     one = _model(seed=6, coverage=True, coverage_loss_weight=1.0)  # same weights
     target = zero.training_target(batch)
     with torch.no_grad():
-        loss0, n = nll_loss(zero, batch)
-        loss1, _ = nll_loss(one, batch)
+        n = int((batch.tgt_out != PAD).sum())
+        loss0 = -zero(batch, objective=True).sum() / n  # the training loss (eq. 13)
+        loss1 = -one(batch, objective=True).sum() / n
+        assert nll_loss(one, batch)[0] == pytest.approx(float(loss0), abs=1e-5)  # validation: plain NLL
         state = zero.encode(batch)
         nll, cov = 0.0, 0.0
         for t in range(batch.tgt_in.size(1)):

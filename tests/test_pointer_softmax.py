@@ -255,7 +255,7 @@ def test_model_step_matches_section_4_in_float64(switch: str) -> None:
     with torch.no_grad():
         state = model.encode(batch)
         memory = state["memory"].double()  # (B, S, 2H)
-        gold = model(batch)
+        gold = model(batch, objective=True)  # the training objective (eval mode: no noise)
         target = model.training_target(batch)
         for t in range(batch.tgt_in.size(1)):
             log_probs, state = model.step(state, batch.tgt_in[:, t])
@@ -302,7 +302,7 @@ def test_annotations_override_the_rule() -> None:
     switches = [[False, False, False], [True, True, True, False, True], [True, True, False, True, True]]
     annotated = collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB, pointers=pointers, switches=switches)
     with torch.no_grad():
-        g_plain, g_ann = model(plain), model(annotated)
+        g_plain, g_ann = model(plain, objective=True), model(annotated, objective=True)
         state = model.encode(plain)
         for t in range(4):  # the log-parts of steps 0..3 (same inputs in both batches)
             _, state = model.step(state, plain.tgt_in[:, t])
@@ -417,7 +417,7 @@ def test_batch_vocabulary_trick() -> None:
             for b in range(3):
                 want = {i for i in range(5)} | (union if scope == "batch" else own[b])
                 assert {i for i in range(v) if allowed[b, i]} == want, (scope, b)
-            gold = model(batch)
+            gold = model(batch, objective=True)  # the training objective (eval mode: no noise)
             state = model.encode(batch)
             for t in range(batch.tgt_in.size(1)):
                 log_probs, state = model.step(state, batch.tgt_in[:, t])
