@@ -25,6 +25,7 @@ from pipeline.batching import collate
 from pipeline.extended_vocab import NEG, mix_scores, scatter_logsumexp
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from tests.conftest import sharpened
 
 # ---------------------------------------------------------------------------------------------
 # mix_scores / scatter_logsumexp on a hand-built example
@@ -216,10 +217,7 @@ def _model(name: str, seed: int = 0):
     model = build_model(name, cfg)
     # Random init is small: scale parameters so that distributions are far from uniform and the
     # checks below discriminate.
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(2.0)
-    return model.eval()
+    return sharpened(model, 2.0)
 
 
 def test_batch_fixture_is_what_the_tests_assume() -> None:

@@ -23,6 +23,7 @@ from pipeline.batching import collate
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, PAD, SPECIALS, Vocab
+from tests.conftest import sharpened
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c", "d", "e"], [0] * 4 + [1] * 5)
 TGT_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)  # d, e, z are decoder OOVs
@@ -42,10 +43,7 @@ def _cfg(**kw) -> ModelConfig:
 def _model(name: str, seed: int = 0, scale: float = 1.0):
     torch.manual_seed(seed)
     model = BUILDERS[name](_cfg())
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(scale)
-    return model.eval()
+    return sharpened(model, scale)
 
 
 def _batch(srcs=SRCS, tgts=TGTS):

@@ -30,6 +30,7 @@ from pipeline.params import dataclass_from_dict
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from tests.conftest import sharpened
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c", "d", "e", "f"], [0] * 4 + [1] * 6)
 TGT_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)  # d, e, f, z* are decoder OOVs
@@ -49,10 +50,7 @@ def _model(seed: int = 0, scale: float = 2.0, emb: int = 6, hidden: int = 5, **o
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=emb, hidden=hidden, options=options)
     model = build_pointer_generator(cfg)
-    with torch.no_grad():  # sharper than the default init, so that the checks discriminate
-        for p in model.parameters():
-            p.mul_(scale)
-    return model.eval()
+    return sharpened(model, scale)
 
 
 def test_fixture_is_what_the_tests_assume() -> None:

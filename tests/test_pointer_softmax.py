@@ -31,6 +31,7 @@ from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from tests.conftest import sharpened
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -214,10 +215,7 @@ def _model(seed: int = 0, scale: float = 2.0, **options):
     options = {"shortlist": 6, **options}
     cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=len(TGT_VOCAB), emb=12, hidden=16, options=options)
     model = build_pointer_softmax(cfg)
-    with torch.no_grad():  # sharper than the default init, so the checks discriminate
-        for p in model.parameters():
-            p.mul_(scale)
-    return model.eval()
+    return sharpened(model, scale)
 
 
 def test_options_are_checked() -> None:

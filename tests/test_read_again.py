@@ -33,6 +33,7 @@ from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from tests.conftest import sharpened
 
 SRC_WORDS = ["a", "b", "c", "d", "e", "f", "g", "."]  # encoder vocabulary
 TGT_WORDS = ["a", "b", "c", "d", "e"]  # decoder vocabulary V = 9; f, g, zz, qq are OOV for it
@@ -65,10 +66,7 @@ def _model(seed: int = 0, scale: float = 2.0, emb: int = 6, hidden: int = 5, **o
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=emb, hidden=hidden, options=options)
     model = build_read_again(cfg)
-    with torch.no_grad():  # sharper than the default init, so the checks discriminate
-        for p in model.parameters():
-            p.mul_(scale)
-    return model.eval()
+    return sharpened(model, scale)
 
 
 # ---------------------------------------------------------------------------------------------

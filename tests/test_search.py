@@ -16,6 +16,7 @@ from pipeline.batching import collate
 from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.vocab import EOS, SPECIALS, Vocab
+from tests.conftest import sharpened
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)
 TGT_VOCAB = Vocab(list(SPECIALS) + ["a", "b"], [0] * 4 + [1] * 2)  # V = 6; "c" and "z" are OOV
@@ -29,10 +30,7 @@ def _model(name: str, seed: int = 0, scale: float = 3.0):
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=8, hidden=16)
     model = build_model(name, cfg)
-    with torch.no_grad():  # sharper than the default init: fewer near-ties between hypotheses
-        for p in model.parameters():
-            p.mul_(scale)
-    return model.eval()
+    return sharpened(model, scale)
 
 
 def _batch(srcs=SRCS):

@@ -31,6 +31,7 @@ from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from tests.conftest import sharpened
 from tests.test_learning import SEEN, UNSEEN, VOCAB, _example, exact_match, train_toy
 
 SRC_WORDS = ["a", "b", "c", "d", "e", "f"]
@@ -54,10 +55,7 @@ def _model(name: str, seed: int = 0, scale: float = 2.0, emb: int = 6, hidden: i
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=emb, hidden=hidden, options=options)
     model = (build_wean if name == "wean" else build_luong)(cfg)
-    with torch.no_grad():  # sharper than the default init, so the checks discriminate
-        for p in model.parameters():
-            p.mul_(scale)
-    return model.eval()
+    return sharpened(model, scale)
 
 
 # ---------------------------------------------------------------------------------------------

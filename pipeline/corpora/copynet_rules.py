@@ -24,7 +24,6 @@ byte-identical shards and a rule's instances do not depend on ``n_rules``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from dataclasses import asdict, dataclass
@@ -33,7 +32,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from pipeline.params import dataclass_from_dict
+from pipeline.params import check_numeric_config, dataclass_from_dict
 from pipeline.shards import ShardWriter, make_schema
 
 RULE_TYPES: tuple[str, ...] = ("x->0", "x->x", "x->xx", "xy->x", "xy->xy")
@@ -87,12 +86,7 @@ class RulesConfig:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            allowed = (int,) if f.type == "int" else (int, float)
-            if isinstance(value, bool) or not isinstance(value, allowed):
-                raise ValueError(f"RulesConfig.{f.name} must be {f.type}, got {value!r}")
-        checks = [
+        check_numeric_config(self, lambda: [
             (self.n_rules >= 1, "n_rules >= 1"),
             (self.instances_per_rule >= 2, "instances_per_rule >= 2"),
             (3 <= self.min_symbols <= self.max_symbols, "3 <= min_symbols <= max_symbols"),
@@ -102,10 +96,7 @@ class RulesConfig:
             (0.0 <= self.valid_fraction < 1.0, "0 <= valid_fraction < 1"),
             (self.unseen_per_rule >= 0, "unseen_per_rule >= 0"),
             (self.unseen_pool >= 1, "unseen_pool >= 1"),
-        ]
-        failed = [msg for ok, msg in checks if not ok]
-        if failed:
-            raise ValueError(f"invalid RulesConfig {self}: need {', '.join(failed)}")
+        ])
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ fixed ``train``/``valid``/``test`` shards for ``prepare@rarest_word``. All rando
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 from dataclasses import asdict, dataclass
@@ -40,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.params import dataclass_from_dict
+from pipeline.params import check_numeric_config, dataclass_from_dict
 from pipeline.shards import ShardWriter, make_schema
 from pipeline.vocab import SPECIALS, Vocab
 
@@ -68,21 +67,13 @@ class Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            allowed = (int,) if f.type == "int" else (int, float)
-            if isinstance(value, bool) or not isinstance(value, allowed):
-                raise ValueError(f"rarest_word Config.{f.name} must be {f.type}, got {value!r}")
-        checks = [
+        check_numeric_config(self, lambda: [
             (self.vocab_size >= 2, "vocab_size >= 2"),
             (self.seq_len >= 1, "seq_len >= 1"),
             (0.0 < self.ratio < 1.0, "0 < ratio < 1"),
             (0 <= self.n_pointer < self.vocab_size, "0 <= n_pointer < vocab_size"),
             (min(self.train_size, self.valid_size, self.test_size) >= 0, "split sizes >= 0"),
-        ]
-        failed = [msg for ok, msg in checks if not ok]
-        if failed:
-            raise ValueError(f"invalid rarest_word Config {self}: need {', '.join(failed)}")
+        ])
 
     @property
     def shortlist_words(self) -> int:
