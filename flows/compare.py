@@ -1,45 +1,71 @@
-"""compare: per task, a table shaped like the paper's (ours beside the published rows) + a bar chart."""
+"""compare: per task, tables shaped like the papers' (ours beside the published rows), a bar chart,
+and a CSV that `dvc plots show` draws; all logged to the task's MLflow experiment."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
 from models import DISPLAY_NAMES
-from pipeline.compare import PAPER_TABLES, accuracy_rows, comparison_markdown
+from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows
+from pipeline.evaluate import EvalConfig
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.plots import grouped_bars
 from pipeline.shards import write_text_atomic
+from pipeline.tasks import effective_params, task_names
 from pipeline.tracking import RunLogger
 
 
+def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
+    """Long format (one row per mechanism and metric) for a `dvc plots` bar chart."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["label", "mechanism", "metric", "value"])
+    for mech, values in rows.items():
+        for col in columns:
+            if values.get(col) is not None:
+                writer.writerow([f"{DISPLAY_NAMES.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}"])
+    return buf.getvalue()
+
+
 @task
-def compare_task(paths: TaskPaths, mechanisms: list[str], cfg: dict, tracking: dict) -> str:
+def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     task_name = paths.task
+    cfg, tracking = section(params, "compare"), section(params, "tracking")
+    ev = EvalConfig.from_dict({k: v for k, v in section(params, "evaluate").items() if k != "heatmap"})
     metrics = {}
     for mech in mechanisms:
         path = paths.evaluation(mech) / "metrics.json"
         if not path.exists():
             raise FileNotFoundError(f"{path}: no metrics for {task_name}/{mech}; run its evaluate stage first")
         metrics[mech] = json.loads(path.read_text())
-    paper = PAPER_TABLES.get(cfg.get("paper_tables", {}).get(task_name, ""))
-    columns = cfg.get("columns", paper["columns"] if paper else [])
-    splits, topk = cfg.get("splits", ["test"]), cfg.get("topk", 10)
-    text = comparison_markdown(task_name, metrics, splits, columns, DISPLAY_NAMES, topk, paper)
+    for table_id in cfg.get("paper_tables") or {}:
+        if table_id not in PAPER_TABLES:
+            raise KeyError(f"compare.paper_tables of {task_name}: no paper table {table_id!r} "
+                           f"(pipeline/paper_results.py has {sorted(PAPER_TABLES)})")
+    kinds = {split: ev.metric_for(split) for split in ev.splits}
+    text = comparison_markdown(task_name, metrics, cfg, DISPLAY_NAMES, kinds)
     md = paths.comparison / f"{task_name}.md"
     write_text_atomic(md, text)
 
-    bars = {f"{DISPLAY_NAMES.get(m, m)} (test)": v for m, v in accuracy_rows(metrics, "test", columns, "top1").items()}
-    if paper:
-        bars.update({f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
-                     for m, vals in paper["rows"].items() if m in metrics})
-    for split in splits[1:]:
-        bars.update({f"{DISPLAY_NAMES.get(m, m)} ({split})": v
-                     for m, v in accuracy_rows(metrics, split, columns, "top1").items()})
+    split = cfg.get("splits", ["test"])[0]
+    kind = kinds.get(split, "exact_match")
+    columns = list(cfg.get("columns", [])) + (["all"] if kind == "exact_match" else [])
+    rows = plot_rows(metrics, split, cfg.get("columns", []), kind)
+    bars = {f"{DISPLAY_NAMES.get(m, m)} (ours)": v for m, v in rows.items()}
+    for table_id, table_split in (cfg.get("paper_tables") or {}).items():
+        paper = PAPER_TABLES[table_id]
+        if table_split == split:
+            bars.update({f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
+                         for m, vals in paper["rows"].items() if m in metrics})
     png = paths.comparison / f"{task_name}.png"
-    grouped_bars(bars, columns + ["all"], png, f"{task_name}: top-1 exact match (%)", "accuracy (%)")
+    unit = "accuracy (%), top-1" if kind == "exact_match" else kind
+    grouped_bars(bars, columns, png, f"{task_name} ({split}): {unit}", unit)
+    write_text_atomic(paths.comparison_plot(task_name), plot_csv(rows, columns))
 
     with RunLogger(f"{tracking['experiment_prefix']}{task_name}", "comparison",
                    tags={"task": task_name, "kind": "comparison"}) as run:
@@ -51,9 +77,9 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], cfg: dict, tracking: d
 @flow(name="compare")
 def compare_flow(params_path: str | None = None) -> dict:
     params = load_params(params_path)
-    cfg, tracking = section(params, "compare"), section(params, "tracking")
     root = project_root(params_path)
-    out = {t: compare_task(TaskPaths(t, root), list(params["mechanisms"]), cfg, tracking) for t in params["tasks"]}
+    out = {t: compare_task(TaskPaths(t, root), list(params["mechanisms"]), effective_params(params, t))
+           for t in task_names(params)}
     for text in out.values():
         print(text)
     return out

@@ -19,7 +19,8 @@ from pipeline.paths import TaskPaths
 from pipeline.plots import copy_heatmap
 from pipeline.shards import read_split, write_json_atomic
 from pipeline.tracking import RunLogger
-from pipeline.train import resolve_device
+from pipeline.tasks import effective_params
+from pipeline.train import first_rows, resolve_device
 from pipeline.vocab import Vocab
 
 
@@ -27,12 +28,13 @@ from pipeline.vocab import Vocab
 def evaluate_split(model, paths: TaskPaths, mechanism: str, split: str, vocabs: tuple[Vocab, Vocab],
                    cfg: EvalConfig, device) -> dict:
     start = time.perf_counter()
-    records = decode_table(model, read_split(paths.split(split)), *vocabs, cfg, device, desc=f"{mechanism} {split}")
+    table = first_rows(read_split(paths.split(split)), cfg.max_examples)
+    records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}")
     seconds = time.perf_counter() - start
     print(f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
           f"({len(records) / max(seconds, 1e-9):.1f} sentences/s, beam {cfg.beam_size})")
     write_jsonl_atomic(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", records)
-    return score_records(records, cfg)
+    return score_records(records, cfg, split)
 
 
 @task(cache_policy=NO_CACHE)
@@ -52,15 +54,17 @@ def heatmap(model, paths: TaskPaths, mechanism: str, where: dict, vocabs: tuple[
 
 @flow(name="evaluate")
 def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None) -> dict:
-    params = load_params(params_path)
+    params = effective_params(load_params(params_path), task_name)
     ev = section(params, "evaluate")
     cfg = EvalConfig.from_dict({k: v for k, v in ev.items() if k != "heatmap"})
     paths = TaskPaths(task_name, project_root(params_path))
     device = resolve_device(cfg.device)
     model, _ = load_checkpoint(paths.checkpoints(mechanism) / "model.pt", mechanism, device)
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
-    metrics = {split: evaluate_split(model, paths, mechanism, split, vocabs, cfg, device) for split in cfg.splits}
-    write_json_atomic(paths.evaluation(mechanism) / "metrics.json", metrics)
+    splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
+    skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
+    metrics = {split: evaluate_split(model, paths, mechanism, split, vocabs, cfg, device) for split in splits}
+    write_json_atomic(paths.evaluation(mechanism) / "metrics.json", {**metrics, **skipped})
     plot = heatmap(model, paths, mechanism, ev.get("heatmap", {}), vocabs, cfg, device)
 
     run_file = paths.checkpoints(mechanism) / "run.json"
@@ -70,10 +74,13 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
         run.metrics(metrics)
         run.artifact(plot)
         run.artifact(paths.evaluation(mechanism) / "metrics.json")
-        for split in cfg.splits:
+        for split in splits:
             run.artifact(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", "predictions")
     for split, m in metrics.items():
-        print(f"{task_name}/{mechanism}/{split}: top1 {m['top1']:.1f} top{cfg.topk} {m[f'top{cfg.topk}']:.1f} (n={m['n']})")
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
+        print(f"{task_name}/{mechanism}/{split}: {shown} (n={m['n']})")
+    for split, m in skipped.items():
+        print(f"{task_name}/{mechanism}/{split}: {m['skipped']}")
     return metrics
 
 

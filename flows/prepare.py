@@ -1,10 +1,15 @@
 """prepare@<corpus>: turn one corpus (or generator) into Arrow shards + manifests + quarantine.
 
-``params.yaml``: ``corpora`` maps each corpus to prepare to its raw input (the file or directory
-DVC watches); ``prepare.<corpus>`` holds the reader's settings, ``reader`` naming the module in
-``pipeline/corpora``. Settings whose names end in ``_dir``/``_file`` (or ``_files``, a list) are
+``params.yaml``: ``tasks`` maps each task (= the corpus it is trained on) to its raw input (the
+file or directory DVC watches); ``prepare.<corpus>`` holds the reader's settings, ``reader`` naming
+the module in ``pipeline/corpora``. Settings whose names end in ``_dir``/``_file`` (or ``_files``, a list) are
 paths relative to that raw input, except ``cache_dir`` (a working cache, e.g. jieba's
 segmentations), which is relative to the project root.
+
+Optional ``extra_splits: {<split>: {corpus: <other prepare section>, split: <its split>, raw: <its raw
+input, relative to this corpus's>, optional: <bool>}}`` adds splits that another reader prepares, e.g.
+Gigaword's ``valid`` = DUC 2003 and its ``duc2004`` test set (Read-Again 4.2); an ``optional`` one
+whose raw input is absent is skipped with a message (DUC 2004 when the user has not supplied it).
 
 Optional ``subword: {vocab_size: N, model_type: unigram|bpe, drop_columns: [...]}`` in any
 corpus's settings re-tokenises its shards with sentencepiece, trained on the train split only; the
@@ -26,6 +31,7 @@ from prefect.cache_policies import NONE
 from pipeline.parallel import bounded_ordered_map
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
+from pipeline.shards import write_json_atomic
 
 PATH_SUFFIXES = ("_dir", "_file")
 
@@ -141,6 +147,44 @@ def write_subword_splits(module, cfg, out_root: Path, subword: dict, map_chunks)
         shutil.rmtree(words_root, ignore_errors=True)
 
 
+def write_extra_split(params: dict, root: Path, raw_root: Path, out_root: Path, name: str, extra: dict,
+                      map_chunks) -> dict | None:
+    """Prepare ``extra['corpus']`` with its own reader into a scratch directory and move its split
+    ``extra['split']`` to ``out_root/<name>``; None when an optional raw input is absent."""
+    import json
+    import shutil
+
+    unknown = sorted(set(extra) - {"corpus", "split", "raw", "optional"})
+    if unknown or "corpus" not in extra or "raw" not in extra:
+        raise ValueError(f"extra_splits.{name}: needs corpus and raw (optional: split, optional), got {sorted(extra)}")
+    other_raw = raw_root / extra["raw"]
+    if not other_raw.exists():
+        if extra.get("optional"):
+            print(f"extra split {name}: {other_raw} is absent; skipped (optional)")
+            shutil.rmtree(out_root / name, ignore_errors=True)
+            return None
+        raise FileNotFoundError(f"extra split {name}: raw input {other_raw} does not exist")
+    settings = dict(section(params, "prepare", extra["corpus"]))
+    module = reader_module(settings.pop("reader", None) or "")
+    cfg = module.Config.from_dict(resolve_paths(settings, other_raw, root))
+    scratch = out_root.parent / f".{out_root.name}.{name}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        module.write_splits(cfg, scratch, map_chunks=map_chunks)
+        source = scratch / extra.get("split", "test")
+        if not source.is_dir():
+            raise ValueError(f"extra split {name}: reader {extra['corpus']} wrote no split {extra.get('split', 'test')!r}")
+        manifest_path = source / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest["prepared_as"] = {"corpus": extra["corpus"], "split": extra.get("split", "test"), "raw": str(other_raw)}
+        write_json_atomic(manifest_path, manifest)
+        shutil.rmtree(out_root / name, ignore_errors=True)
+        source.rename(out_root / name)
+        return manifest
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
     """Read ``corpus``'s settings, run its reader into ``data/shards/<corpus>``; return manifests."""
     global _POOL
@@ -149,8 +193,10 @@ def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
     settings = dict(section(params, "prepare", corpus))
     module = reader_module(settings.pop("reader", None) or "")
     subword = settings.pop("subword", None)
-    raw = params.get("corpora", {}).get(corpus)
-    settings = resolve_paths(settings, root / raw if raw is not None else root, root)
+    extra_splits = settings.pop("extra_splits", None) or {}
+    raw = (params.get("tasks") or {}).get(corpus)
+    raw_root = root / raw if raw is not None else root
+    settings = resolve_paths(settings, raw_root, root)
     cfg = module.Config.from_dict(settings)
     runtime = runtime_settings(params)
     local_pool = runtime["task_runner"] == "local" and runtime["workers"] > 1
@@ -160,8 +206,14 @@ def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
     def prepare_flow() -> dict:
         map_chunks = prefect_map(runtime["workers"], local_pool)
         if not subword:
-            return module.write_splits(cfg, out_root, map_chunks=map_chunks)
-        return write_subword_splits(module, cfg, out_root, dict(subword), map_chunks)
+            manifests = module.write_splits(cfg, out_root, map_chunks=map_chunks)
+        else:
+            manifests = write_subword_splits(module, cfg, out_root, dict(subword), map_chunks)
+        for name, extra in extra_splits.items():
+            manifest = write_extra_split(params, root, raw_root, out_root, name, extra, map_chunks)
+            if manifest is not None:
+                manifests[name] = manifest
+        return manifests
 
     if local_pool:
         _POOL = ProcessPoolExecutor(runtime["workers"])

@@ -12,6 +12,7 @@ from models.config import ModelConfig
 from models.param_count import output_layer_parameters
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
+from pipeline.tasks import effective_params
 from pipeline.shards import read_manifest, read_split, write_json_atomic, write_text_atomic
 from pipeline.tracking import RunLogger, provenance_tags
 from pipeline.train import TrainConfig, build_seeded_model, train
@@ -65,7 +66,8 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
 
 @flow(name="train")
 def train_flow(task_name: str, mechanism: str, params_path: str | None = None) -> dict:
-    last = fit(TaskPaths(task_name, project_root(params_path)), mechanism, load_params(params_path))
+    params = effective_params(load_params(params_path), task_name)
+    last = fit(TaskPaths(task_name, project_root(params_path)), mechanism, params)
     print(f"{task_name}/{mechanism}: " + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
     return last
 

@@ -7,6 +7,7 @@ from prefect import flow, task
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.shards import read_split
+from pipeline.tasks import effective_params
 from pipeline.vocab import build_vocab, count_tokens
 
 
@@ -20,7 +21,7 @@ def build(paths: TaskPaths, side: str, max_size: int | None, min_count: int) -> 
 
 @flow(name="vocab")
 def vocab_flow(task_name: str, params_path: str | None = None) -> dict:
-    cfg = section(load_params(params_path), "vocab")
+    cfg = section(effective_params(load_params(params_path), task_name), "vocab")
     paths = TaskPaths(task_name, project_root(params_path))
     sizes = {
         "src": build(paths, "src", cfg.get("src_max_size"), cfg.get("min_count", 1)),

@@ -1,13 +1,21 @@
-"""Comparison tables in the shape of the papers' tables: rows are mechanisms, ours and published."""
+"""Comparison tables in the shape of the papers' tables: rows are mechanisms, ours and published.
+
+Two shapes:
+
+* exact match (CopyNet Table 1): per split, top-1 and top-k accuracy per group (rule type);
+* text metrics (ROUGE, BLEU, SARI): per split, one column per metric key (``compare.columns``).
+
+Published rows come from ``pipeline.paper_results``; ``compare.paper_tables`` maps a paper table's
+id to the split of ours it is printed under (e.g. ``readagain_duc2004: duc2004``). A paper row
+shows the paper's own columns; a column we do not compute is '-' in our rows.
+"""
 from __future__ import annotations
 
-from pipeline.paper_results import COPYNET_TABLE1
-
-PAPER_TABLES = {"copynet_table1": COPYNET_TABLE1}
+from pipeline.paper_results import PAPER_TABLES
 
 
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
+def _fmt(v, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
 
 
 def accuracy_rows(metrics: dict[str, dict], split: str, columns: list[str], key: str) -> dict[str, dict]:
@@ -15,7 +23,7 @@ def accuracy_rows(metrics: dict[str, dict], split: str, columns: list[str], key:
     rows = {}
     for mech, m in metrics.items():
         split_m = m.get(split)
-        if not split_m:
+        if not split_m or "skipped" in split_m:
             continue
         groups = split_m.get("groups", {})
         rows[mech] = {c: groups[c][key] for c in columns if c in groups}
@@ -23,33 +31,77 @@ def accuracy_rows(metrics: dict[str, dict], split: str, columns: list[str], key:
     return rows
 
 
+def metric_rows(metrics: dict[str, dict], split: str, columns: list[str]) -> dict[str, dict]:
+    """{mechanism: {metric: value}} for a text-metric split."""
+    return {mech: {c: m[split].get(c) for c in columns}
+            for mech, m in metrics.items() if m.get(split) and "skipped" not in m[split]}
+
+
 def markdown_table(rows: dict[str, dict], columns: list[str], display: dict[str, str],
-                   paper: dict | None = None) -> str:
-    cols = columns + ["all"]
-    lines = ["| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+                   paper: dict | None = None, digits: int = 1) -> str:
+    """Our rows, then the paper's (only the mechanisms we ran, plus its other systems)."""
+    lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     for mech, values in rows.items():
-        lines.append(f"| {display.get(mech, mech)} (ours) | " + " | ".join(_fmt(values.get(c)) for c in cols) + " |")
+        lines.append(f"| {display.get(mech, mech)} (ours) | "
+                     + " | ".join(_fmt(values.get(c), digits) for c in columns) + " |")
     if paper:
         for mech, values in paper["rows"].items():
-            if mech in rows or not rows:
+            if mech in rows or mech not in display or not rows:
                 named = dict(zip(paper["columns"], values))
                 lines.append(f"| {display.get(mech, mech)} (paper) | "
-                             + " | ".join(_fmt(named.get(c)) for c in cols) + " |")
+                             + " | ".join(_fmt(named.get(c), digits) for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
-def comparison_markdown(task: str, metrics: dict[str, dict], splits: list[str], columns: list[str],
-                        display: dict[str, str], topk: int, paper: dict | None) -> str:
-    """The whole comparison page for one task: top-1 and top-k per split, paper rows beside ours."""
-    out = [f"# {task}: exact-match accuracy (%)\n"]
-    if paper:
-        out.append(f"Paper rows: {paper['source']}; they were trained at paper scale, ours at the scale in "
-                   "params.yaml.\n")
+def _paper_note(paper: dict) -> str:
+    note = f"Published rows: {paper['source']}"
+    if paper.get("note"):
+        note += f" ({paper['note']})"
+    return note + ". They were trained on the papers' full data at the papers' sizes; ours at the sizes in params.yaml.\n"
+
+
+def comparison_markdown(task: str, metrics: dict[str, dict], cfg: dict, display: dict[str, str],
+                        metric_kinds: dict[str, str]) -> str:
+    """The whole comparison page for one task (``cfg``: the task's effective ``compare`` section)."""
+    splits = [s for s in cfg.get("splits", ["test"]) if any(s in m for m in metrics.values())]
+    tables = {split: [PAPER_TABLES[t] for t, s in (cfg.get("paper_tables") or {}).items() if s == split]
+              for split in splits}
+    out = [f"# {task}: comparison\n"]
     for split in splits:
-        for key in ("top1", f"top{topk}"):
-            rows = accuracy_rows(metrics, split, columns, key)
+        kind = metric_kinds.get(split, "exact_match")
+        papers = tables.get(split) or [None]
+        if kind == "exact_match":
+            topk = cfg.get("topk", 10)
+            columns = list(cfg.get("columns", [])) + ["all"]
+            for key in ("top1", f"top{topk}"):
+                rows = accuracy_rows(metrics, split, cfg.get("columns", []), key)
+                if not rows:
+                    continue
+                for paper in (papers if key == "top1" else [None]):
+                    out.append(f"\n## {split}: exact-match accuracy, {key} (%)\n\n")
+                    if paper:
+                        out.append(_paper_note(paper) + "\n")
+                    out.append(markdown_table(rows, columns, display, paper))
+            continue
+        for paper in papers:
+            columns = list(paper["columns"]) if paper else list(cfg.get("columns", []))
+            rows = metric_rows(metrics, split, columns)
             if not rows:
                 continue
-            out.append(f"\n## {split}, {key}\n\n")
-            out.append(markdown_table(rows, columns, display, paper if key == "top1" and split == "test" else None))
+            n = next(iter(m[split]["n"] for m in metrics.values() if split in m and "n" in m[split]))
+            out.append(f"\n## {split} ({n} examples): {kind}\n\n")
+            if paper:
+                out.append(_paper_note(paper) + "\n")
+            out.append(markdown_table(rows, columns, display, paper, digits=2))
+    skipped = sorted({f"{split}: {m[split]['skipped']}" for m in metrics.values() for split in m
+                      if isinstance(m[split], dict) and "skipped" in m[split]})
+    if skipped:
+        out.append("\nNot evaluated: " + "; ".join(skipped) + "\n")
     return "".join(out)
+
+
+def plot_rows(metrics: dict[str, dict], split: str, columns: list[str], kind: str) -> dict[str, dict]:
+    """{mechanism: {column: value}} of one split, for the bar chart and the DVC plot CSV."""
+    if kind == "exact_match":
+        return accuracy_rows(metrics, split, columns, "top1")
+    return metric_rows(metrics, split, columns)

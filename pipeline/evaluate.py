@@ -13,7 +13,7 @@ from models import build_model
 from models.config import ModelConfig
 from pipeline.batching import batch_from_rows, length_bucketed_batches, row_lengths
 from pipeline.extended_vocab import ext_ids_to_tokens
-from pipeline.metrics import exact_match_by_group
+from pipeline.metrics import exact_match_by_group, text_metrics
 from pipeline.params import dataclass_from_dict
 from pipeline.shards import atomic_path
 from pipeline.search import beam_search, greedy
@@ -33,13 +33,25 @@ class EvalConfig:
     group_by: str | None = None  # shard column to break metrics down by (e.g. rule_type)
     max_src_len: int | None = None
     device: str = "auto"
+    # exact_match (CopyNet 5.1) or a text metric of pipeline.metrics.text_metrics: rouge_f,
+    # rouge_f_chars, rouge_recall_75, bleu, bleu_sari; split_metrics overrides it per split.
+    metric: str = "exact_match"
+    split_metrics: tuple[tuple[str, str], ...] = ()
+    optional_splits: tuple[str, ...] = ()  # evaluated when their shards exist (e.g. DUC 2004)
+    max_examples: int | None = None  # the first N rows of each split only (cpu presets)
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
         d = dict(d)
-        if "splits" in d:
-            d["splits"] = tuple(d["splits"])
+        for key in ("splits", "optional_splits"):
+            if key in d:
+                d[key] = tuple(d[key])
+        if "split_metrics" in d:
+            d["split_metrics"] = tuple(sorted((d["split_metrics"] or {}).items()))
         return dataclass_from_dict(cls, d)
+
+    def metric_for(self, split: str) -> str:
+        return dict(self.split_metrics).get(split, self.metric)
 
 
 def load_checkpoint(path: Path, mechanism: str, device: torch.device):
@@ -53,7 +65,7 @@ def load_checkpoint(path: Path, mechanism: str, device: torch.device):
 def decode_table(model, table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, cfg: EvalConfig,
                  device: torch.device, desc: str = "decode") -> list[dict]:
     """Beam-search every row; returns prediction records in the table's row order."""
-    extra_cols = (cfg.group_by,) if cfg.group_by else ()
+    extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
     records: list[dict | None] = [None] * table.num_rows
     batches = length_bucketed_batches(row_lengths(table), cfg.batch_size, shuffle=False, seed=0)
     for rows in tqdm(batches, desc=desc, unit="batch", disable=None, leave=False):
@@ -71,9 +83,17 @@ def decode_table(model, table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, cfg
     return records  # type: ignore[return-value]
 
 
-def score_records(records: list[dict], cfg: EvalConfig) -> dict:
-    groups = [r[cfg.group_by] for r in records] if cfg.group_by else None
-    return exact_match_by_group([r["tgt"] for r in records], [r["nbest"] for r in records], groups, cfg.topk)
+def score_records(records: list[dict], cfg: EvalConfig, split: str = "test") -> dict:
+    """The split's metrics: exact match (top-1/top-k, per group) or the task's text metric, whose
+    references are the shard's ``refs`` (every reference) when present, else ``tgt``."""
+    kind = cfg.metric_for(split)
+    if kind == "exact_match":
+        groups = [r[cfg.group_by] for r in records] if cfg.group_by else None
+        return exact_match_by_group([r["tgt"] for r in records], [r["nbest"] for r in records], groups, cfg.topk)
+    refs = [r.get("refs") or [r["tgt"]] for r in records]
+    refs_raw = [r["refs_raw"] for r in records] if records and all(r.get("refs_raw") for r in records) else None
+    return {"metric": kind, **text_metrics(kind, [r["pred"] for r in records], refs, [r["src"] for r in records],
+                                           refs_raw=refs_raw)}
 
 
 def write_jsonl_atomic(path: Path, records: list[dict]) -> None:

@@ -35,3 +35,6 @@ class TaskPaths:
     @property
     def comparison(self) -> Path:
         return self.root / "data" / "eval" / "comparison"
+
+    def comparison_plot(self, task: str) -> Path:
+        return self.root / "data" / "plots" / "comparison" / f"{task}.csv"

@@ -44,6 +44,14 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     max_src_len: int | None = None
     threads: int = 0  # torch CPU threads (0: torch's default)
+    optimizer: str = "adam"  # adam | sgd (Read-Again 4.1: SGD, lr 2, halved after epoch 5)
+    lr_halve_after: int | None = None  # halve the learning rate after every epoch >= this one
+    max_train_examples: int | None = None  # the first N training rows only (cpu presets)
+    max_valid_examples: int | None = None  # the first N validation rows only
+
+    def __post_init__(self):
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -83,6 +91,18 @@ def save_atomic(obj, path: Path) -> None:
 
 def fingerprint(*parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def first_rows(table: pa.Table, n: int | None) -> pa.Table:
+    return table if n is None or n >= table.num_rows else table.slice(0, n)
+
+
+def epoch_lr(cfg: TrainConfig, epoch: int) -> float:
+    """cfg.lr, halved once for every finished epoch from ``lr_halve_after`` on (Read-Again 4.1:
+    "halved after epoch 5": epochs 1-5 at lr, epoch 6 at lr/2, epoch 7 at lr/4, ...)."""
+    if cfg.lr_halve_after is None or epoch <= cfg.lr_halve_after:
+        return cfg.lr
+    return cfg.lr * 0.5 ** (epoch - cfg.lr_halve_after)
 
 
 def nll_loss(model, batch) -> tuple[torch.Tensor, int]:
@@ -129,7 +149,9 @@ def train(
         torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optim_cls = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.SGD
+    optimizer = optim_cls(model.parameters(), lr=cfg.lr)
+    train_table, valid_table = first_rows(train_table, cfg.max_train_examples), first_rows(valid_table, cfg.max_valid_examples)
     fp = fingerprint(asdict(cfg), model_config, {"data": data_hash})
     history: list[dict] = []
     start_epoch, best = 1, float("inf")
@@ -150,6 +172,8 @@ def train(
     lengths = row_lengths(train_table)
     for epoch in range(start_epoch, cfg.epochs + 1):
         model.train()
+        for group in optimizer.param_groups:  # a function of the epoch, so a resumed run agrees
+            group["lr"] = epoch_lr(cfg, epoch)
         batches = length_bucketed_batches(lengths, cfg.batch_size, shuffle=True, seed=cfg.seed + epoch)
         t0, seen_tokens, loss_sum = time.perf_counter(), 0, 0.0
         bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=None if progress is None else not progress, mininterval=1.0, leave=False)

@@ -17,7 +17,7 @@ PRESETS = {
     "lcsts_word": ("", {"train": 8371, "valid": 974, "test": 364}, {"train": {"duplicate_pair": 168, "src_in_valid": 47}}),
     "europarl_en_fr": ("", {"train": 2512, "valid": 3003, "test": 3003},
                        {"train": {"longer_than_max_len": 463, "duplicate_pair": 19, "empty_tgt": 6}}),
-    "gigaword": ("", {"train": 881, "test": 1451}, {"train": {"duplicate_pair": 119}}),
+    "gigaword": ("", {"train": 881, "test": 1451, "valid": 587}, {"train": {"duplicate_pair": 119}}),
     "gigaword_raw": ("gigaword_raw_cna_sample", {"train": 1045, "valid": 56, "test": 67}, {
         "train": {"non_story": 257, "bad_headline_word": 343, "no_overlap": 27, "tgt_length": 19, "src_length": 3,
                   "no_period": 2, "duplicate_pair": 5, "src_in_test": 2, "src_in_valid": 2},
@@ -39,7 +39,7 @@ def test_preset_on_shared_data(name, harness, tmp_path):
     folder, rows, reasons = PRESETS[name]
     raw = shared_path(folder) if folder else shared_path()
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["corpora"] = {name: str(raw)}
+    params["tasks"] = {name: str(raw)}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
 
     manifests = prepare_corpus(name, str(tmp_path / "params.yaml"))
@@ -57,7 +57,7 @@ def test_subword_option_retokenises_with_a_model_trained_on_train(harness, tmp_p
     from pipeline.text.subword import SentencePieceTokenizer
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["corpora"] = {"wikismall": str(REPO / "tests/fixtures/simplification/wikismall")}
+    params["tasks"] = {"wikismall": str(REPO / "tests/fixtures/simplification/wikismall")}
     params["prepare"]["wikismall"].update(
         splits=["train", "valid", "test"], subword={"vocab_size": 300, "hard_vocab_limit": False, "drop_columns": ["entities"]}
     )
@@ -86,7 +86,7 @@ def test_dask_task_runner_gives_the_same_shards(harness, tmp_path):
         root = tmp_path / runner
         root.mkdir()
         params = yaml.safe_load((REPO / "params.yaml").read_text())
-        params["corpora"] = {"wikismall": str(fixture)}
+        params["tasks"] = {"wikismall": str(fixture)}
         params["prepare"]["wikismall"].update(splits=["train", "valid", "test"], chunk_size=2)
         params["parallel"] = {"task_runner": runner, "workers": 2, "dask_address": None}
         (root / "params.yaml").write_text(yaml.safe_dump(params))
