@@ -16,8 +16,9 @@ from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.plots import grouped_bars
 from pipeline.shards import write_text_atomic
-from pipeline.tasks import effective_params, task_names
-from pipeline.tracking import RunLogger
+from pipeline.registry import model_name, promote_best
+from pipeline.tasks import effective_params, primary_metric, task_names
+from pipeline.tracking import RunLogger, parent_run, provenance_tags, task_manifests, task_params
 
 
 def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
@@ -67,8 +68,20 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     grouped_bars(bars, columns, png, f"{task_name} ({split}): {unit}", unit)
     write_text_atomic(paths.comparison_plot(task_name), plot_csv(rows, columns))
 
-    with RunLogger(f"{tracking['experiment_prefix']}{task_name}", "comparison",
-                   tags={"task": task_name, "kind": "comparison"}) as run:
+    # The champion: the best registered version by the task's metric among those scored on the
+    # same test data (versions scored on other data are not comparable).
+    manifests = task_manifests(paths.shards)
+    split, key, higher = primary_metric(params, task_name)
+    same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
+    champ = promote_best(task_name, f"{split}.{key}", higher, tracking.get("registry_prefix", ""), where=same_data)
+    if champ is not None:
+        text += f"\nMLflow registry: `models:/{model_name(task_name, tracking.get('registry_prefix', ''))}@champion` = version {champ} (best {split} {key}).\n"
+        write_text_atomic(md, text)
+    experiment = f"{tracking['experiment_prefix']}{task_name}"
+    parent = parent_run(experiment, task_name, task_params(params, task_name), manifests, root=paths.root)
+    with RunLogger(experiment, "comparison", parent_run_id=parent,
+                   tags={**provenance_tags(manifests, task_name, None, paths.root), "task": task_name,
+                         "kind": "comparison", "champion_version": str(champ)}) as run:
         run.artifact(md)
         run.artifact(png)
     return text

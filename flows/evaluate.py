@@ -17,9 +17,12 @@ from pipeline.evaluate import EvalConfig, copy_trace, decode_table, load_checkpo
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.plots import copy_heatmap
+from pipeline.registry import metric_tags, register
+from pipeline.serving import ServingConfig, log_pyfunc_model
 from pipeline.shards import read_split, write_json_atomic
-from pipeline.tracking import RunLogger
 from pipeline.tasks import effective_params
+from pipeline.text.raw_input import detokenize
+from pipeline.tracking import RunLogger, git_commit, task_manifests
 from pipeline.train import first_rows, resolve_device
 from pipeline.vocab import Vocab
 
@@ -52,6 +55,25 @@ def heatmap(model, paths: TaskPaths, mechanism: str, where: dict, vocabs: tuple[
     return out
 
 
+def register_model(run, paths: TaskPaths, mechanism: str, params: dict, ev: dict, metrics: dict, split: str) -> str:
+    """Log the model as an MLflow pyfunc (raw text in, output text out) and register it as a new
+    version of the task's model, tagged with its metrics and data hashes (compare picks the champion)."""
+    task_name = paths.task
+    prepare = params["prepare"][task_name]
+    subword = paths.shards / "subword.model" if prepare.get("subword") else None
+    serving = ServingConfig.from_params(task_name, mechanism, prepare, ev)
+    example = None
+    if prepare.get("reader") != "gigaword_pointers" or prepare.get("mode") != "entity":
+        first_src = read_split(paths.split(split)).column("src")[0].as_py()
+        example = [detokenize(first_src, prepare, subword)]
+    uri = log_pyfunc_model(run.run_id, paths.checkpoints(mechanism), paths.vocab, serving,
+                           input_example=example, subword_model=subword)
+    data = {f"data.{s}.content_sha256": m["content_sha256"] for s, m in task_manifests(paths.shards).items()}
+    tracking = section(params, "tracking")
+    return register(uri, task_name, {"mechanism": mechanism, "run_id": run.run_id, "git_commit": git_commit(paths.root),
+                                     **data, **metric_tags(metrics)}, prefix=tracking.get("registry_prefix", ""))
+
+
 @flow(name="evaluate")
 def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None) -> dict:
     params = effective_params(load_params(params_path), task_name)
@@ -76,6 +98,8 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
         run.artifact(paths.evaluation(mechanism) / "metrics.json")
         for split in splits:
             run.artifact(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", "predictions")
+        version = register_model(run, paths, mechanism, params, ev, metrics, splits[0])
+        run.mlflow.set_tag("registered_version", version)
     for split, m in metrics.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
         print(f"{task_name}/{mechanism}/{split}: {shown} (n={m['n']})")

@@ -141,6 +141,13 @@ def metric_spec(params: dict, cfg: RetrainConfig) -> MetricSpec:
     return MetricSpec(split, tuple(key.split(".")), higher)
 
 
+def metric_tags(metrics: dict) -> dict[str, str]:
+    """The registry's ``metric.<split>.<key>`` version tags (what best_version ranks by)."""
+    from pipeline.registry import metric_tags as tags
+
+    return tags(metrics)
+
+
 def task_params(params: dict, task_name: str) -> dict:
     """The params a stage of ``task_name`` reads (the task's overrides applied, when it has any)."""
     try:
@@ -169,7 +176,15 @@ def decide(spec: MetricSpec, challenger: float, champion: float | None, margin: 
 
 
 class CommandError(RuntimeError):
-    pass
+    def __init__(self, message: str, stderr: str = ""):
+        super().__init__(message)
+        self.stderr = stderr
+
+    @property
+    def summary(self) -> str:
+        """One line: the command's failure and the last line it wrote to stderr."""
+        last = next((line for line in reversed(self.stderr.splitlines()) if line.strip()), "")
+        return str(self).splitlines()[0].removesuffix("; stderr:") + (f": {last.strip()}" if last else "")
 
 
 def run_command(cmd: list[str], cwd: Path, timeout_s: float) -> str:
@@ -186,21 +201,25 @@ def run_command(cmd: list[str], cwd: Path, timeout_s: float) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise CommandError(f"`{shown}` timed out after {timeout_s:g}s in {cwd}; stderr:\n{err[-4000:]}") from None
+        raise CommandError(f"`{shown}` timed out after {timeout_s:g}s in {cwd}; stderr:\n{err[-4000:]}", err) from None
     if proc.returncode != 0:
-        raise CommandError(f"`{shown}` failed with exit status {proc.returncode} in {cwd}; stderr:\n{err[-4000:]}")
+        raise CommandError(f"`{shown}` failed with exit status {proc.returncode} in {cwd}; stderr:\n{err[-4000:]}",
+                           err)
     return out
 
 
 DVC = [sys.executable, "-m", "dvc"]  # the dvc of this environment, whatever PATH holds
 
 
-def copy_dir_atomic(src: Path, dst: Path) -> None:
-    """Copy directory ``src`` to ``dst`` via a temp sibling + rename: ``dst`` is whole or absent."""
+def copy_dir_atomic(src: Path, dst: Path, extra: list[Path] = ()) -> None:
+    """Copy directory ``src`` (and the files ``extra``) to ``dst`` via a temp sibling + rename:
+    ``dst`` is whole or absent."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     try:
         shutil.copytree(src, tmp, dirs_exist_ok=True)
+        for path in extra:
+            shutil.copy2(path, tmp / path.name)
         os.replace(tmp, dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -213,7 +232,8 @@ def verify_split(split_dir: Path, expected_sha: str | None = None) -> dict:
     for part in manifest["parts"]:
         actual = sha256_file(split_dir / part["file"])
         if actual != part["sha256"]:
-            raise ValueError(f"{split_dir / part['file']}: sha256 {actual} differs from its manifest's {part['sha256']}")
+            raise ValueError(f"{split_dir / part['file']}: sha256 {actual} differs from its manifest's "
+                             f"{part['sha256']}")
     content = content_sha256(p["sha256"] for p in manifest["parts"])
     if content != manifest["content_sha256"] or (expected_sha and content != expected_sha):
         raise ValueError(f"{split_dir}: content_sha256 {content} differs from the expected "
@@ -267,10 +287,10 @@ class Champion:
         return self.tags.get(f"{TAG}frozen_test_sha256")
 
 
-def current_champion(task_name: str) -> Champion | None:
+def current_champion(task_name: str, prefix: str = "") -> Champion | None:
     from pipeline import registry
 
-    mv = registry.champion(task_name)
+    mv = registry.champion(task_name, prefix)
     if mv is None:
         return None
     tags = dict(mv.tags or {})
@@ -282,10 +302,14 @@ def current_champion(task_name: str) -> Champion | None:
 
 def champion_files(task_name: str, champion: Champion, dst: Path) -> tuple[Path, Path]:
     """Download the champion version's model.pt and vocabularies; (checkpoint, vocab_dir)."""
-    from pipeline.tracking import _mlflow
+    import mlflow
 
+    from pipeline.tracking import tracking_uri
+
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_registry_uri(tracking_uri())
     uri = f"models:/{champion.name}/{champion.version}"
-    root = Path(_mlflow().artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
+    root = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
     checkpoints = sorted(root.rglob("model.pt"))
     vocabs = sorted(p.parent for p in root.rglob("tgt.vocab"))
     if len(checkpoints) != 1 or len(vocabs) != 1:
@@ -311,7 +335,7 @@ def refresh_data(root: Path, cfg: RetrainConfig) -> dict:
         except CommandError as err:
             if cfg.pull_required:
                 raise
-            report["pull"] = f"failed, continuing (pull_required: false): {str(err).splitlines()[0]}"
+            report["pull"] = f"failed, continuing (pull_required: false): {err.summary}"
             print(f"retrain {cfg.task}: {report['pull']}", file=sys.stderr)
     if targets:
         run_command([*DVC, "repro", *targets], root, cfg.command_timeout_s)
@@ -328,8 +352,9 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
 
     paths = TaskPaths(task_name, root)
     vocab_dir, ckpt_dir = run_dir / "vocab", run_dir / "checkpoint"
-    if not (vocab_dir / "tgt.vocab").exists():  # a retry keeps the first attempt's snapshot
-        copy_dir_atomic(paths.vocab, vocab_dir)
+    if not vocab_dir.exists():  # a retry keeps the first attempt's snapshot
+        subword = paths.shards / "subword.model"  # a sentencepiece corpus is served with its model
+        copy_dir_atomic(paths.vocab, vocab_dir, extra=[subword] if subword.exists() else [])
     src_vocab, tgt_vocab = Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab")
     model_cfg = ModelConfig.from_dict(section(params, "model"), mechanism, src_vocab=len(src_vocab),
                                       tgt_vocab=len(tgt_vocab))
@@ -340,7 +365,7 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
 
     run_file = run_dir / "run.json"
     previous = json.loads(run_file.read_text())["run_id"] if run_file.exists() else None
-    experiment = f"{section(params, 'tracking')['experiment_prefix']}{task_name}"
+    experiment = f"{section(params, 'tracking').get('experiment_prefix') or ''}{task_name}"
     tags = {**provenance_tags(manifests), "task": task_name, "mechanism": mechanism, f"{TAG}run": run_dir.name}
     with RunLogger(experiment, f"retrain-{mechanism}", previous, tags=tags) as run:
         write_json_atomic(run_file, {"run_id": run.run_id})
@@ -384,22 +409,16 @@ def score_checkpoint(checkpoint: Path, vocab_dir: Path, mechanism: str, test_dir
                      eval_settings: dict, desc: str) -> dict:
     """Decode ``test_dir`` with beam search (``pipeline.evaluate``) and score it: the split's metrics."""
     from pipeline.evaluate import EvalConfig, decode_table, load_checkpoint, score_records
-    from pipeline.train import resolve_device
+    from pipeline.train import first_rows, resolve_device
     from pipeline.vocab import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in eval_settings.items() if k != "heatmap"})
     device = resolve_device(cfg.device)
     model, _ = load_checkpoint(checkpoint, mechanism, device)
-    table = read_split(test_dir)
-    limit = getattr(cfg, "max_examples", None)
-    if limit is not None and limit < table.num_rows:
-        table = table.slice(0, limit)
+    table = first_rows(read_split(test_dir), cfg.max_examples)  # as the evaluate stage scores it
     vocabs = (Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab"))
     records = decode_table(model, table, *vocabs, cfg, device, desc=desc)
-    try:
-        return score_records(records, cfg, split)
-    except TypeError:  # score_records(records, cfg) before per-split metrics
-        return score_records(records, cfg)
+    return score_records(records, cfg, split)
 
 
 @task(cache_policy=NO_CACHE)
@@ -417,20 +436,24 @@ def evaluate_champion(task_name: str, champion: Champion, test: dict, split: str
 
 
 @task(cache_policy=NO_CACHE)
-def register_challenger(task_name: str, trained: dict, eval_settings: dict, tags: dict) -> str:
+def register_challenger(task_name: str, trained: dict, params: dict, tags: dict, prefix: str = "") -> str:
     """Log the challenger as a pyfunc model in its MLflow run and register a version (no alias)."""
     from pipeline import registry, serving
 
-    config = {"mechanism": trained["mechanism"], "model": trained["model_config"], "evaluate": eval_settings}
-    uri = serving.log_pyfunc_model(trained["run_id"], trained["checkpoint"].parent, trained["vocab"], config)
-    return str(registry.register(uri, task_name, {**tags, "mechanism": trained["mechanism"]}))
+    prepare = (params.get("prepare") or {}).get(task_name) or {}
+    config = serving.ServingConfig.from_params(task_name, trained["mechanism"], prepare, section(params, "evaluate"),
+                                               extra={"run_id": trained["run_id"], f"{TAG}run": tags[f"{TAG}run"]})
+    subword = trained["vocab"] / "subword.model"
+    uri = serving.log_pyfunc_model(trained["run_id"], trained["checkpoint"].parent, trained["vocab"], config,
+                                   subword_model=subword if subword.exists() else None)
+    return str(registry.register(uri, task_name, {**tags, "mechanism": trained["mechanism"]}, prefix))
 
 
 @task(cache_policy=NO_CACHE)
-def move_alias(task_name: str, version: str, reason: str) -> None:
+def move_alias(task_name: str, version: str, reason: str, prefix: str = "") -> None:
     from pipeline import registry
 
-    registry.set_champion(task_name, version, reason)
+    registry.set_champion(task_name, version, reason, prefix)
 
 
 # --------------------------------------------------------------------------- #
@@ -451,13 +474,14 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
     state_dir = root / "data" / "retrain" / cfg.task
     run_dir = state_dir / "runs" / stamp
     retry = {"retries": cfg.retries, "retry_delay_seconds": cfg.retry_delay_s}
+    prefix = section(params, "tracking").get("registry_prefix") or ""  # registered model <prefix><task>
 
     with run_lock(state_dir):
         record: dict = {"run": stamp, "task": cfg.task, "started": now_iso(), "metric": spec.name,
                         "higher_is_better": spec.higher_is_better, "margin": cfg.margin}
         try:
             record["refresh"] = refresh_data.with_options(**retry)(root, cfg)
-            champion = current_champion(cfg.task)
+            champion = current_champion(cfg.task, prefix)
             record["champion"] = None if champion is None else {"version": champion.version,
                                                                 "mechanism": champion.mechanism}
             mechanism = cfg.mechanism or (champion.mechanism if champion else None)
@@ -482,7 +506,7 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
             promote, reason = decide(spec, record["challenger"]["value"], champion_value, cfg.margin,
                                      champion.version if champion else None)
             record["reason"] = reason
-            _log_decision_metrics(trained["run_id"], spec, record, promote)
+            _log_decision_metrics(f"{prefix}{cfg.task}", trained["run_id"], spec, record, promote)
 
             if promote:
                 tags = {f"{TAG}reason": reason, f"{TAG}run": stamp, f"{TAG}metric": spec.name,
@@ -490,10 +514,11 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
                         f"{TAG}previous_champion": champion.version if champion else "none",
                         f"{TAG}previous_value": repr(champion_value), f"{TAG}margin": repr(cfg.margin),
                         f"{TAG}frozen_test_sha256": test["content_sha256"],
-                        **{f"{TAG}data.{s}.content_sha256": h for s, h in trained["data"].items()}}
-                version = register_challenger.with_options(**retry)(cfg.task, trained, eval_settings, tags)
+                        **{f"{TAG}data.{s}.content_sha256": h for s, h in trained["data"].items()},
+                        "run_id": trained["run_id"], **metric_tags({spec.split: challenger_metrics})}
+                version = register_challenger.with_options(**retry)(cfg.task, trained, tparams, tags, prefix)
                 record["challenger"]["version"] = version
-                move_alias.with_options(**retry)(cfg.task, version, reason)  # the last step: the only change
+                move_alias.with_options(**retry)(cfg.task, version, reason, prefix)  # last: the only change
                 record["decision"] = "promoted"
             else:
                 record["decision"] = "kept_champion"
@@ -507,23 +532,16 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
     return record
 
 
-def _log_decision_metrics(run_id: str, spec: MetricSpec, record: dict, promote: bool) -> None:
+def _log_decision_metrics(experiment: str, run_id: str, spec: MetricSpec, record: dict, promote: bool) -> None:
     """The frozen-test scores and the decision on the challenger's MLflow run."""
     from pipeline.tracking import RunLogger
 
-    with RunLogger(_experiment_of(run_id), "retrain", run_id) as run:
+    with RunLogger(experiment, "retrain", run_id) as run:
         run.metrics({f"frozen_{spec.name}": record["challenger"]["value"],
                      **({} if record["champion"] is None or "value" not in record["champion"]
                         else {f"frozen_{spec.name}_champion": record["champion"]["value"]})})
         run.mlflow.set_tags({f"{TAG}decision": "promote" if promote else "keep", f"{TAG}reason": record["reason"],
                              f"{TAG}frozen_test_sha256": record["frozen_test"]["content_sha256"]})
-
-
-def _experiment_of(run_id: str) -> str:
-    from pipeline.tracking import _mlflow
-
-    mlflow = _mlflow()
-    return mlflow.get_experiment(mlflow.get_run(run_id).info.experiment_id).name
 
 
 # --------------------------------------------------------------------------- #

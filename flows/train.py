@@ -12,9 +12,9 @@ from models.config import ModelConfig
 from models.param_count import output_layer_parameters
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
-from pipeline.tasks import effective_params
 from pipeline.shards import read_manifest, read_split, write_json_atomic, write_text_atomic
-from pipeline.tracking import RunLogger, provenance_tags
+from pipeline.tasks import effective_params
+from pipeline.tracking import RunLogger, parent_run, provenance_tags, task_manifests, task_params
 from pipeline.train import TrainConfig, build_seeded_model, train
 from pipeline.vocab import Vocab
 
@@ -50,8 +50,14 @@ def fit(paths: TaskPaths, mechanism: str, params: dict) -> dict:
         unfinished = recorded.get("identity") == identity and not recorded.get("completed")
         previous = recorded.get("run_id") if unfinished else None
     tracking = section(params, "tracking")
-    with RunLogger(f"{tracking['experiment_prefix']}{task_name}", mechanism, previous,
-                   tags={**provenance_tags(manifests), "task": task_name, "mechanism": mechanism}) as run:
+    experiment = f"{tracking['experiment_prefix']}{task_name}"
+    # One parent run per pipeline run of this task (same commit, task params and data); each
+    # mechanism's run is its child, found again by the evaluate stage through run.json.
+    parent = parent_run(experiment, task_name, task_params(params, task_name), task_manifests(paths.shards),
+                        root=paths.root)
+    with RunLogger(experiment, mechanism, previous,
+                   tags={**provenance_tags(manifests, task_name, mechanism, paths.root), "task": task_name,
+                         "mechanism": mechanism}, parent_run_id=parent) as run:
         write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity})
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg), "n_parameters": n_params,

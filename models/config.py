@@ -26,7 +26,8 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict, mechanism: str | None = None, **sizes) -> "ModelConfig":
-        """Shared keys of ``d`` plus ``d[mechanism]`` as options; other mechanisms' sections are skipped."""
+        """Shared keys of ``d`` plus ``d[mechanism]`` as options (its shared keys override ``d``'s);
+        other mechanisms' sections are skipped."""
         from models import MECHANISMS  # the known sub-section names
 
         shared = {f.name for f in fields(cls)} - {"options"}
@@ -37,4 +38,7 @@ class ModelConfig:
             raise ValueError(f"unknown model settings {unknown}; known: {sorted(shared)} "
                              f"and one section per mechanism {sorted(MECHANISMS)}")
         options = dict(rest.get(mechanism) or {}) if mechanism else {}
-        return dataclass_from_dict(cls, own, options=options, **sizes)
+        # A shared key inside the mechanism's section (emb, hidden, dropout, ...) overrides the
+        # shared value for that mechanism only: e.g. WEAN's 512/512 beside CopyNet's 350/500 on LCSTS.
+        lifted = {k: options.pop(k) for k in list(options) if k in shared}
+        return dataclass_from_dict(cls, {**own, **lifted}, options=options, **sizes)

@@ -45,10 +45,11 @@ def markdown_table(rows: dict[str, dict], columns: list[str], display: dict[str,
         lines.append(f"| {display.get(mech, mech)} (ours) | "
                      + " | ".join(_fmt(values.get(c), digits) for c in columns) + " |")
     if paper:
+        digits = paper.get("decimals", digits)
         for mech, values in paper["rows"].items():
             if mech in rows or mech not in display or not rows:
                 named = dict(zip(paper["columns"], values))
-                lines.append(f"| {display.get(mech, mech)} (paper) | "
+                lines.append(f"| {paper.get('labels', {}).get(mech) or display.get(mech, mech)} (paper) | "
                              + " | ".join(_fmt(named.get(c), digits) for c in columns) + " |")
     return "\n".join(lines) + "\n"
 

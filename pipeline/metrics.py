@@ -1,7 +1,29 @@
-"""Exact-match accuracy (CopyNet Table 1: correct only when the whole sequence is identical)."""
+"""Evaluation metrics: exact match (CopyNet Table 1) and the text metrics each task reports.
+
+``text_metrics`` is the one entry point the evaluate stage uses for text tasks; each ``kind`` is
+the convention of the papers it is compared with (README "Metrics"):
+
+* ``rouge_f`` -- Gigaword (Rush et al. 2015; Read-Again Table 1): full-length ROUGE-1/2/L F1 of
+  ROUGE-1.5.5 with Porter stemming (``-m``), as NAMAS' ``DUC/eval.sh`` runs it
+  (``ROUGE-1.5.5.pl -m -n 2 -w 1.2 -a``); one reference, so pooling does not matter.
+* ``rouge_f_chars`` -- LCSTS (Hu et al. 2015; CopyNet Table 3, WEAN Table 4): the same F1 on
+  characters, every non-space character one unit, no stemming.
+* ``rouge_recall_75`` -- DUC2004 (Rush et al.; Read-Again Table 2): ROUGE-1/2/L recall with the
+  hypothesis and every reference cut to 75 bytes and counts pooled over the 4 references
+  (``ROUGE-1.5.5.pl -m -b 75 -n 4 -a``, ``-f A``).
+* ``bleu_sari`` -- PWKP / TurkCorpus (WEAN Tables 1-2): corpus BLEU as multi-bleu.perl
+  (``pipeline.bleu``) and SARI (``pipeline.sari``).
+
+All ROUGE numbers are the exact mean of ROUGE-1.5.5's per-summary scores (``pipeline.rouge``).
+"""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
+
+from pipeline.bleu import corpus_bleu
+from pipeline.rouge import rouge
+from pipeline.sari import corpus_sari
 
 
 def exact_match(golds: list[list[str]], nbests: list[list[list[str]]], k: int) -> dict:
@@ -25,3 +47,66 @@ def exact_match_by_group(golds, nbests, groups: list[str] | None, k: int) -> dic
             g: exact_match([golds[i] for i in rows], [nbests[i] for i in rows], k) for g, rows in sorted(index.items())
         }
     return out
+
+
+TEXT_METRIC_KINDS = ("rouge_f", "rouge_f_chars", "rouge_recall_75", "bleu", "bleu_sari")
+
+
+def _flatten_rouge(scores: dict, main: str) -> dict:
+    """``{"rouge1": main, "rouge1_r": R, "rouge1_p": P, "rouge1_f": F, ...}`` from ``rouge()``."""
+    out: dict = {}
+    for name, rpf in scores.items():
+        if name == "n":
+            continue
+        out[name] = rpf[main]
+        for key, value in rpf.items():
+            out[f"{name}_{key}"] = value
+    return out
+
+
+def text_metrics(
+    kind: str,
+    hyps: Sequence[Sequence[str]],
+    refs: Sequence[Sequence[Sequence[str]]],
+    srcs: Sequence[Sequence[str]] | None = None,
+    refs_raw: Sequence[Sequence[str]] | None = None,
+) -> dict:
+    """Score token-list hypotheses against token-list references with the task's convention.
+
+    ``hyps[i]`` is a token list, ``refs[i]`` a list of reference token lists, ``srcs[i]`` the
+    source tokens (``bleu_sari`` only). Token lists are joined with single spaces -- the files the
+    official tools would read. ``refs_raw[i]`` (``rouge_recall_75`` only) are the untokenised
+    reference strings, used instead of the joined tokens when given, since the 75-byte cut is
+    taken on the text as written. Returns ``{"n": N, ...}`` with scores in percent:
+    ``rouge1``, ``rouge2``, ``rougeL`` (F1, or recall for ``rouge_recall_75``) plus ``_r``,
+    ``_p``, ``_f`` variants; ``bleu`` and ``sari`` for ``bleu_sari``.
+    """
+    if kind not in TEXT_METRIC_KINDS:
+        raise ValueError(f"text_metrics: unknown kind {kind!r}; expected one of {TEXT_METRIC_KINDS}")
+    if len(hyps) != len(refs):
+        raise ValueError(f"text_metrics({kind!r}): {len(hyps)} hypotheses but {len(refs)} reference sets")
+    for i, r in enumerate(refs):
+        if len(r) == 0:
+            raise ValueError(f"text_metrics({kind!r}): example {i} has no reference")
+    hyp_s = [" ".join(h) for h in hyps]
+    ref_s = [[" ".join(r) for r in rs] for rs in refs]
+    n = len(hyps)
+    if kind == "rouge_f":
+        return {"n": n, **_flatten_rouge(rouge(hyp_s, ref_s, n=(1, 2), stem=True), "f")}
+    if kind == "rouge_f_chars":
+        return {"n": n, **_flatten_rouge(rouge(hyp_s, ref_s, n=(1, 2), units="chars"), "f")}
+    if kind == "rouge_recall_75":
+        if refs_raw is not None:
+            if len(refs_raw) != n:
+                raise ValueError(f"text_metrics({kind!r}): {n} hypotheses but {len(refs_raw)} refs_raw sets")
+            ref_s = [list(r) for r in refs_raw]
+        scores = rouge(hyp_s, ref_s, n=(1, 2), stem=True, byte_limit=75, multi_ref="pool")
+        return {"n": n, **_flatten_rouge(scores, "r")}
+    if kind == "bleu":  # Pointer Softmax 5.3 (Europarl): multi-bleu.perl on tokenised text
+        return {"n": n, "bleu": corpus_bleu(hyp_s, ref_s)}
+    # bleu_sari
+    if srcs is None or len(srcs) != n:
+        raise ValueError(f"text_metrics({kind!r}): needs srcs, one per hypothesis ({n}), got "
+                         f"{'None' if srcs is None else len(srcs)}")
+    src_s = [" ".join(s) for s in srcs]
+    return {"n": n, "bleu": corpus_bleu(hyp_s, ref_s), "sari": corpus_sari(src_s, hyp_s, ref_s)}

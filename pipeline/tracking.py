@@ -1,10 +1,23 @@
-"""MLflow tracking: one experiment per task, one run per (task, mechanism).
+"""MLflow tracking: one experiment per task, a parent run per pipeline run, one child run per mechanism.
 
-The training stage opens the run and records its id next to the checkpoint (``run.json``); the
-evaluation stage reopens the same run, so one run holds params, learning curves, metrics and
-plots. Metrics are logged from the same dict that is written to ``metrics.json`` (DVC), so
-the two never disagree. Default store: ``sqlite:///<repo>/mlflow.db``; ``MLFLOW_TRACKING_URI``
-overrides it.
+The training stage opens the mechanism's run and records its id next to the checkpoint
+(``run.json``); the evaluation stage reopens the same run, so one run holds params, learning
+curves, metrics, plots and the logged model. Metrics are logged from the same dict that is written
+to ``metrics.json`` (DVC), so the two never disagree. Default store: ``sqlite:///<repo>/mlflow.db``;
+``MLFLOW_TRACKING_URI`` overrides it.
+
+Parent runs. ``dvc repro`` runs every stage in its own process, so no process can hold a parent
+run open for the others. Each stage instead finds or creates the parent by a deterministic key
+(:func:`pipeline_key`: a hash of the git commit, the task's effective params and the content
+hashes of the task's data manifests) with :func:`parent_run`, and opens its own run as a child
+(tag ``mlflow.parentRunId``, which the MLflow UI nests). Stages of one pipeline run on one task
+compute the same key, whichever process; a change of code (commit), params or data gives a new
+parent. The key leaves out ``dvc.lock``, which every finishing stage rewrites; its hashes are tags.
+
+Provenance (:func:`provenance_tags`), on every run: ``git_commit``, ``dvc_lock_sha256`` (the whole
+file when the run was opened), ``dvc.stage.<stage>`` (sha256 of that stage's ``dvc.lock`` entry, for
+the task's stages: ``prepare/<task>``, ``vocab/<task>``, ``train/<task>-<mechanism>`` ...) and
+``data.<split>.content_sha256`` of each manifest; params are logged as params.
 """
 from __future__ import annotations
 
@@ -45,9 +58,9 @@ def metric_name(key: str) -> str:
     return re.sub(r"[^0-9A-Za-z_\-./ ]", "_", key.replace("->", "_to_"))
 
 
-def git_commit() -> str:
+def git_commit(root: Path = REPO_ROOT) -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -57,24 +70,140 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
 
 
-def provenance_tags(manifests: dict[str, dict] | None = None) -> dict[str, str]:
-    """git commit, dvc.lock hash and the data manifests' content hashes."""
-    tags = {"git_commit": git_commit(), "dvc_lock_sha256": file_sha256(REPO_ROOT / "dvc.lock")}
+def dvc_stage_hashes(task: str | None = None, mechanism: str | None = None, root: Path = REPO_ROOT) -> dict[str, str]:
+    """``{"dvc.stage.<stage>": sha256 of the stage's dvc.lock entry}`` for the stages of ``task``
+    (``<stage>@<task>`` and ``<stage>@<task>-<mechanism>``; only ``mechanism``'s when given) or
+    for every stage when ``task`` is None. ``@`` becomes ``/`` (MLflow tag keys do not allow it).
+    Empty when there is no dvc.lock yet."""
+    path = Path(root) / "dvc.lock"
+    if not path.exists():
+        return {}
+    import yaml
+
+    try:
+        stages = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    except yaml.YAMLError:
+        return {"dvc.stage.unreadable": "true"}
+
+    def wanted(name: str) -> bool:
+        if task is None:
+            return True
+        _, _, item = name.partition("@")
+        if item == task:
+            return True
+        return item.startswith(f"{task}-") and (mechanism is None or item == f"{task}-{mechanism}")
+
+    return {f"dvc.stage.{metric_name(name.replace('@', '/'))}":
+            hashlib.sha256(json.dumps(entry, sort_keys=True, default=str).encode()).hexdigest()
+            for name, entry in sorted(stages.items()) if wanted(name)}
+
+
+def provenance_tags(manifests: dict[str, dict] | None = None, task: str | None = None, mechanism: str | None = None,
+                    root: Path = REPO_ROOT) -> dict[str, str]:
+    """git commit, dvc.lock hash (whole file, and per stage of ``task`` when given) and the data
+    manifests' content hashes."""
+    root = Path(root)
+    tags = {"git_commit": git_commit(root), "dvc_lock_sha256": file_sha256(root / "dvc.lock")}
+    if task is not None:
+        tags.update(dvc_stage_hashes(task, mechanism, root))
     for split, manifest in (manifests or {}).items():
         tags[f"data.{split}.content_sha256"] = str(manifest.get("content_sha256", "?"))
     return tags
 
 
-class RunLogger:
-    """A thin handle on one MLflow run (created, or reopened from its id)."""
+def task_manifests(shards_dir: Path) -> dict[str, dict]:
+    """Every split's manifest under ``data/shards/<task>`` (``{split: manifest}``, sorted by split)."""
+    return {p.parent.name: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted(Path(shards_dir).glob("*/manifest.json"))}
 
-    def __init__(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None):
+
+def task_params(params: dict, task: str) -> dict:
+    """The params that define a task's pipeline run: its reader settings (``prepare.<task>``) and
+    the effective ``vocab``/``model``/``train``/``evaluate`` sections (the task's overrides applied,
+    :func:`pipeline.tasks.effective_params`). The task and mechanism lists are left out: adding a
+    mechanism does not start another pipeline run for the ones already trained."""
+    try:
+        from pipeline.tasks import effective_params
+
+        eff = effective_params(params, task)
+    except ImportError:  # pipeline.tasks not there: the shared sections as they are
+        eff = params
+    out = {"prepare": (params.get("prepare") or {}).get(task, {})}
+    out.update({k: eff.get(k, {}) for k in ("vocab", "model", "train", "evaluate")})
+    return out
+
+
+def pipeline_key(task: str, key_params: dict, manifests: dict[str, dict], commit: str | None = None) -> str:
+    """The parent run's key: sha256 (first 16 hex digits) of the task, the git commit, the task's
+    params (:func:`task_params`) and its manifests' content hashes. Same inputs, same key, in any
+    process."""
+    data = {split: m.get("content_sha256", "?") for split, m in sorted(manifests.items())}
+    blob = json.dumps({"task": task, "commit": commit if commit is not None else git_commit(),
+                       "params": key_params, "data": data}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _param_items(params: dict) -> list[tuple[str, str]]:
+    flat = flatten(params)
+    return [(metric_name(k), (json.dumps(v) if isinstance(v, (list, tuple)) else str(v))[:6000]) for k, v in flat.items()]
+
+
+def parent_run(experiment: str, task: str, key_params: dict, manifests: dict[str, dict],
+               tags: dict | None = None, root: Path = REPO_ROOT) -> str:
+    """The id of the task's parent run for this pipeline run (``tags.pipeline_key``), created
+    (FINISHED, with provenance tags and ``key_params`` as params) when no process made it yet.
+
+    Two processes racing to create it both end up with the oldest one (the other deletes its own):
+    after creating, the creator searches again and keeps the earliest by (start time, run id).
+    """
+    from mlflow.entities import Param
+
+    mlflow = _mlflow()
+    client = mlflow.MlflowClient()
+    exp = mlflow.set_experiment(experiment)
+    key = pipeline_key(task, key_params, manifests, git_commit(Path(root)))
+    query = f"tags.pipeline_key = '{key}' and tags.kind = 'pipeline'"
+
+    def find() -> list:
+        runs = client.search_runs([exp.experiment_id], query, max_results=100)
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+    found = find()
+    if found:
+        return found[0].info.run_id
+    all_tags = {**provenance_tags(manifests, task, None, root), **(tags or {}),
+                "pipeline_key": key, "kind": "pipeline", "task": task}
+    run = client.create_run(exp.experiment_id, run_name=f"pipeline {task} {key[:8]}",
+                            tags={k: str(v) for k, v in all_tags.items()})
+    run_id = run.info.run_id
+    items = _param_items(key_params)
+    for start in range(0, len(items), 100):  # MLflow's log_batch takes at most 100 params
+        client.log_batch(run_id, params=[Param(k, v) for k, v in items[start:start + 100]])
+    client.set_terminated(run_id, "FINISHED")
+    winner = find()[0].info.run_id
+    if winner != run_id:
+        client.delete_run(run_id)
+    return winner
+
+
+class RunLogger:
+    """A thin handle on one MLflow run (created, or reopened from its id).
+
+    ``parent_run_id`` (from :func:`parent_run`) nests the run under its pipeline run: the tag
+    ``mlflow.parentRunId`` is set on a new run, and on a reopened one that has none.
+    """
+
+    def __init__(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None,
+                 parent_run_id: str | None = None):
         self.mlflow = _mlflow()
         self.mlflow.set_experiment(experiment)
+        parent = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
         if run_id is not None and self._exists(run_id):
             self.run = self.mlflow.start_run(run_id=run_id)
+            if parent and "mlflow.parentRunId" not in self.run.data.tags:
+                self.mlflow.set_tags(parent)
         else:
-            self.run = self.mlflow.start_run(run_name=run_name)
+            self.run = self.mlflow.start_run(run_name=run_name, tags=parent or None)
         if tags:
             self.mlflow.set_tags(tags)
 

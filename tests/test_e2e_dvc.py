@@ -69,6 +69,39 @@ def test_dvc_repro_end_to_end(repo_copy):
     assert all(f"| {DISPLAY_NAMES[m]} (ours) |" in table for m in mechs)
     assert (repo / "data/eval/comparison/copy_rules.png").exists()
 
+    # MLflow: one experiment, one parent run, a child per mechanism; every model registered, and the
+    # champion alias on the version with the best test top-1 (the task's champion metric).
+    check = f"""
+import json, mlflow
+from mlflow import MlflowClient
+c = MlflowClient()
+exp = c.get_experiment_by_name("copy_rules")
+runs = c.search_runs([exp.experiment_id])
+children = {{r.data.tags.get("mechanism"): r.data.tags.get("mlflow.parentRunId") for r in runs
+            if r.data.tags.get("mechanism")}}
+champ = c.get_model_version_by_alias("copy_rules", "champion")
+versions = c.search_model_versions("name='copy_rules'")
+print(json.dumps({{"children": children, "champion": champ.tags["mechanism"], "n_versions": len(versions),
+                  "commit": champ.tags.get("git_commit")}}))
+"""
+    info = json.loads(run([sys.executable, "-c", check], repo, env).strip().splitlines()[-1])
+    assert set(info["children"]) == set(mechs) and len(set(info["children"].values())) == 1
+    assert None not in info["children"].values()
+    assert info["n_versions"] == len(mechs)
+    top1 = {m: json.loads((repo / f"data/eval/runs/copy_rules/{m}/metrics.json").read_text())["test"]["top1"]
+            for m in mechs}
+    assert top1[info["champion"]] == max(top1.values())
+    assert "models:/copy_rules@champion" in table
+
+    # The predict command answers raw text with the champion (and with a checkpoint directly).
+    src = (repo / "data/eval/runs/copy_rules/copynet/predictions/test.jsonl").read_text().splitlines()[0]
+    line = " ".join(json.loads(src)["src"])
+    proc = subprocess.run([sys.executable, "-m", "pipeline.predict", "--checkpoint", "data/checkpoints/copy_rules/copynet",
+                           "--task", "copy_rules"], input=line + "\n", cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == " ".join(json.loads(src)["pred"])
+
     # A second repro has nothing to do.
     assert changed_stages(repo, env) == set()
     out = run(["dvc", "repro"], repo, env)

@@ -101,3 +101,30 @@ def test_epoch_lr_halves_after_the_given_epoch():
     assert epoch_lr(TrainConfig(lr=0.1), 50) == 0.1
     with pytest.raises(ValueError, match="optimizer"):
         TrainConfig(optimizer="adagrad")
+
+
+def test_every_task_and_preset_builds_valid_configs():
+    """A typo in any task's settings or preset (an unknown key, a bad value) fails here, not mid-run."""
+    from models.config import ModelConfig
+    from pipeline.evaluate import EvalConfig
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for preset in ("paper", "cpu"):
+        params["preset"] = preset
+        for task in params["task_settings"]:
+            eff = effective_params(params, task)
+            for mech in params["mechanisms"]:
+                ModelConfig.from_dict(eff["model"], mech, src_vocab=10, tgt_vocab=10)
+            TrainConfig.from_dict(eff["train"])
+            EvalConfig.from_dict({k: v for k, v in eff["evaluate"].items() if k != "heatmap"})
+            assert set(eff["vocab"]) <= {"src_max_size", "tgt_max_size", "min_count"}, (task, preset)
+
+
+def test_a_mechanism_section_overrides_shared_sizes_for_that_mechanism_only():
+    from models.config import ModelConfig
+
+    model = {"emb": 64, "hidden": 128, "wean": {"emb": 512, "hidden": 512, "layers": 1}}
+    wean = ModelConfig.from_dict(model, "wean", src_vocab=10, tgt_vocab=10)
+    copynet = ModelConfig.from_dict(model, "copynet", src_vocab=10, tgt_vocab=10)
+    assert (wean.emb, wean.hidden, wean.options) == (512, 512, {"layers": 1})
+    assert (copynet.emb, copynet.hidden, copynet.options) == (64, 128, {})

@@ -1,0 +1,175 @@
+"""The MLflow model registry: one registered model per task, its best version under the alias ``champion``.
+
+Conventions (read by ``flows/evaluate.py``, ``flows/compare.py`` and ``flows/retrain.py``):
+
+* registered model name: ``<prefix><task>`` (:func:`model_name`; prefix ``""`` by default, so
+  ``models:/copy_rules@champion``);
+* a version carries its evaluation metrics as tags ``metric.<split>.<key>`` (:func:`metric_tags`,
+  e.g. ``metric.test.top1 = "76.9"``; the same numbers as ``metrics.json``, written once per
+  version at registration), plus ``task``, ``mechanism``, ``run_id`` and whatever the caller adds
+  (git commit, pipeline key);
+* the alias ``champion`` points at the chosen version; :func:`set_champion` also tags that version
+  ``champion_reason`` / ``champion_since`` and appends ``{version, previous, reason, time}`` to the
+  registered model's tag ``champion_history`` (JSON list, the last ``HISTORY_KEEP`` entries), and
+  writes the current reason into the registered model's description.
+
+Every function takes the task name and an optional ``prefix`` and talks to the tracking URI of
+:func:`pipeline.tracking.tracking_uri` (``MLFLOW_TRACKING_URI`` or the repository's SQLite file).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+from pipeline.tracking import metric_name
+
+ALIAS = "champion"
+METRIC_TAG = "metric"
+HISTORY_TAG = "champion_history"
+HISTORY_KEEP = 20
+TAG_VALUE_LIMIT = 5000  # stay under every backend's tag value limit
+
+
+def _client():
+    from mlflow import MlflowClient
+
+    from pipeline.tracking import tracking_uri
+
+    return MlflowClient(tracking_uri=tracking_uri(), registry_uri=tracking_uri())
+
+
+def model_name(task: str, prefix: str = "") -> str:
+    """The registered model of ``task``: ``<prefix><task>``."""
+    return f"{prefix}{task}"
+
+
+def metric_tag(split: str, key: str) -> str:
+    """The version tag holding metric ``key`` of ``split``: ``metric.<split>.<key>``."""
+    return f"{METRIC_TAG}.{metric_name(split)}.{metric_name(key)}"
+
+
+def metric_tags(metrics: dict) -> dict[str, str]:
+    """``{split: {key: number, ...}}`` (metrics.json) -> ``{"metric.<split>.<key>": "<number>"}``.
+
+    Only each split's own numbers: per-group breakdowns (``groups``), a metric's name and lists
+    stay in metrics.json and the run; a top-level number becomes ``metric.<key>``."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    tags = {}
+    for split, values in metrics.items():
+        if number(values):
+            tags[f"{METRIC_TAG}.{metric_name(split)}"] = repr(float(values))
+        elif isinstance(values, dict):
+            tags.update({metric_tag(split, k): repr(float(v)) for k, v in values.items() if number(v)})
+    return tags
+
+
+def register(model_uri: str, task: str, tags: dict | None = None, prefix: str = "") -> str:
+    """Register ``model_uri`` (from :func:`pipeline.serving.log_pyfunc_model`) as a new version of
+    the task's model (created when missing), with ``tags`` on the version; returns the version."""
+    import mlflow
+
+    from pipeline.tracking import tracking_uri
+
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_registry_uri(tracking_uri())
+    str_tags = {str(k): str(v) for k, v in (tags or {}).items()}
+    mv = mlflow.register_model(model_uri, model_name(task, prefix), tags={"task": task, **str_tags})
+    return str(mv.version)
+
+
+def champion(task: str, prefix: str = ""):
+    """The ``ModelVersion`` under the alias ``champion``, or None (no model or no alias yet)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return _client().get_model_version_by_alias(model_name(task, prefix), ALIAS)
+    except MlflowException:
+        return None
+
+
+def set_champion(task: str, version: str | int, reason: str, prefix: str = "") -> None:
+    """Point ``champion`` at ``version`` and record why (version tags, the registered model's
+    ``champion_history`` tag and description). Setting the version that already holds the alias
+    records the reason again (a confirmation), it does not fail."""
+    client, name, version = _client(), model_name(task, prefix), str(version)
+    client.get_model_version(name, version)  # fails clearly when the version does not exist
+    previous = champion(task, prefix)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    client.set_registered_model_alias(name, ALIAS, version)
+    client.set_model_version_tag(name, version, "champion_reason", reason[:TAG_VALUE_LIMIT])
+    client.set_model_version_tag(name, version, "champion_since", now)
+    history = champion_history(task, prefix)
+    history.append({"version": version, "previous": str(previous.version) if previous else None, "reason": reason, "time": now})
+    history = history[-HISTORY_KEEP:]
+    text = json.dumps(history, ensure_ascii=False)
+    while len(text) > TAG_VALUE_LIMIT and len(history) > 1:  # drop the oldest until it fits
+        history = history[1:]
+        text = json.dumps(history, ensure_ascii=False)
+    client.set_registered_model_tag(name, HISTORY_TAG, text[:TAG_VALUE_LIMIT])
+    client.update_registered_model(name, description=f"champion: version {version} since {now}: {reason}")
+
+
+def champion_history(task: str, prefix: str = "") -> list[dict]:
+    """The recorded alias moves, oldest first (empty when none or no such model)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tags = _client().get_registered_model(model_name(task, prefix)).tags
+    except MlflowException:
+        return []
+    return json.loads(tags.get(HISTORY_TAG, "[]"))
+
+
+def version_metric(version, metric_key: str) -> float | None:
+    """The value of ``metric_key`` (``split.key`` or a full ``metric.split.key`` tag) on a
+    ``ModelVersion``; None when it has no such tag or the value is not a finite number."""
+    tag = metric_key if metric_key.startswith(f"{METRIC_TAG}.") else f"{METRIC_TAG}.{metric_name(metric_key)}"
+    raw = (version.tags or {}).get(tag)
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def best_version(task: str, metric_key: str, higher_is_better: bool = True, prefix: str = "",
+                 where: dict[str, str] | None = None) -> str | None:
+    """The registered version with the best ``metric_key`` tag (``"test.top1"`` or
+    ``"metric.test.top1"``) among those whose tags equal ``where`` (e.g. the same test data:
+    ``{"data.test.content_sha256": ...}``, so only comparable numbers compete); versions without
+    the metric are skipped; None when none has it. Ties go to the current champion, then to the
+    newest version."""
+    client, name = _client(), model_name(task, prefix)
+    versions = [v for v in client.search_model_versions(f"name='{name}'")
+                if all((v.tags or {}).get(k) == str(val) for k, val in (where or {}).items())]
+    scored = [(v, version_metric(v, metric_key)) for v in versions]
+    scored = [(v, s) for v, s in scored if s is not None]
+    if not scored:
+        return None
+    current = champion(task, prefix)
+    current_version = str(current.version) if current else None
+    sign = 1.0 if higher_is_better else -1.0
+    best = max(scored, key=lambda vs: (sign * vs[1], str(vs[0].version) == current_version, int(vs[0].version)))
+    return str(best[0].version)
+
+
+def promote_best(task: str, metric_key: str, higher_is_better: bool = True, prefix: str = "",
+                 where: dict[str, str] | None = None) -> str | None:
+    """Move ``champion`` to :func:`best_version` when it is not there yet, with a reason naming
+    both versions' values; returns the champion's version afterwards (None: nothing to rank)."""
+    best = best_version(task, metric_key, higher_is_better, prefix, where)
+    if best is None:
+        return None
+    current = champion(task, prefix)
+    if current is not None and str(current.version) == best:
+        return best
+    chosen = _client().get_model_version(model_name(task, prefix), best)
+    value = version_metric(chosen, metric_key)
+    was = "no champion before" if current is None else \
+        f"was version {current.version} ({version_metric(current, metric_key)})"
+    order = "higher" if higher_is_better else "lower"
+    set_champion(task, best, f"best {metric_key} ({order} is better): version {best} ({value}); {was}", prefix)
+    return best

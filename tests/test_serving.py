@@ -1,0 +1,277 @@
+"""The pyfunc model: raw text in, the evaluate stage's prediction out; OOV copies; predict CLI; serving.
+
+A toy project (``a X b -> b X``, as in tests/test_learning.py) is written in the pipeline's own
+formats -- Arrow shards, vocabulary files, ``model.pt`` from :func:`pipeline.train.train` -- with
+CopyNet and RNNSearch trained for 4 epochs (~6 s). The test split's fillers are ``u*`` symbols in no
+vocabulary, so only a copy mechanism can output them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+TASK = "toy_copy"
+SEEN = [f"s{i}" for i in range(50)]
+UNSEEN = [f"u{i}" for i in range(30)]
+RARE = [f"r{i}" for i in range(20)]  # out of vocabulary in training: the encoder meets <unk> fillers
+PREPARE = {"reader": "copynet_rules"}  # whitespace tokens
+EVALUATE = {"beam_size": 3, "max_len": 12, "batch_size": 16}
+MECHANISMS = ("copynet", "rnnsearch")
+OOV_TEXT = "a u1 zz9 u2 b"  # u1, zz9, u2: in no vocabulary
+
+_BUILT: dict[str, Path] = {}
+
+
+def _example(rng: random.Random, pool: list[str], rare: float = 0.0) -> tuple[list[str], list[str]]:
+    x = [rng.choice(RARE if rng.random() < rare else pool) for _ in range(rng.randint(2, 6))]
+    return ["a", *x, "b"], ["b", *x]
+
+
+def build_toy_project(root: Path) -> Path:
+    """Shards, vocabularies, two trained checkpoints and a params.yaml under ``root``."""
+    import torch
+
+    from models.config import ModelConfig
+    from pipeline.shards import ShardWriter, make_schema, read_split
+    from pipeline.train import TrainConfig, build_seeded_model, train
+    from pipeline.vocab import SPECIALS, Vocab
+
+    rng = random.Random(0)
+    splits = {"train": [_example(rng, SEEN, 0.1) for _ in range(1200)],
+              "valid": [_example(rng, SEEN) for _ in range(64)],
+              "test": [_example(rng, UNSEEN) for _ in range(20)]}
+    for split, pairs in splits.items():
+        with ShardWriter(root / "data/shards" / TASK / split, make_schema(), params={"toy": split}) as writer:
+            writer.write([{"id": f"{split}:{i}", "src": s, "tgt": t, "refs": [t]} for i, (s, t) in enumerate(pairs)])
+    vocab = Vocab(list(SPECIALS) + SEEN + ["a", "b"], [0] * 4 + [1] * 52)
+    vocab_dir = root / "data/vocab" / TASK
+    vocab_dir.mkdir(parents=True, exist_ok=True)
+    vocab.save(vocab_dir / "src.vocab")
+    vocab.save(vocab_dir / "tgt.vocab")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for mech in MECHANISMS:
+            cfg = ModelConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), emb=32, hidden=64)
+            model = build_seeded_model(mech, cfg, 0)
+            train(model, read_split(root / "data/shards" / TASK / "train"), read_split(root / "data/shards" / TASK / "valid"),
+                  vocab, vocab, TrainConfig(epochs=4, batch_size=32, lr=3e-3, seed=0),
+                  root / "data/checkpoints" / TASK / mech, model_config=vars(cfg), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    params = {"tasks": {TASK: "data"}, "mechanisms": list(MECHANISMS), "prepare": {TASK: PREPARE},
+              "vocab": {"min_count": 1}, "model": {"emb": 32, "hidden": 64}, "train": {"epochs": 4},
+              "evaluate": EVALUATE, "tracking": {"experiment_prefix": ""}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return root
+
+
+def toy_project(tmp_path_factory) -> Path:
+    """The toy project, built once per test session (test_registry.py reuses it)."""
+    if "root" not in _BUILT:
+        _BUILT["root"] = build_toy_project(tmp_path_factory.mktemp("toy_project"))
+    return _BUILT["root"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return toy_project(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A fresh SQLite MLflow store in its own directory (artifacts under its ./mlruns)."""
+    root = tmp_path_factory.mktemp("mlflow_serving")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        mp.chdir(root)
+        yield root
+
+
+def serving_config(mech: str, **overrides):
+    from pipeline.serving import ServingConfig
+
+    return ServingConfig.from_params(TASK, mech, PREPARE, EVALUATE, **overrides)
+
+
+def local(project: Path, mech: str, **overrides):
+    from pipeline.serving import local_model
+
+    return local_model(project / "data/checkpoints" / TASK / mech, project / "data/vocab" / TASK,
+                       serving_config(mech, **overrides))
+
+
+@pytest.mark.parametrize("mech", MECHANISMS)
+def test_pyfunc_output_equals_decode_table(project, mech) -> None:
+    """Raw text through the pyfunc gives the evaluate stage's prediction for the same shard row."""
+    import torch
+
+    from pipeline.evaluate import EvalConfig, decode_table, load_checkpoint
+    from pipeline.shards import read_split
+    from pipeline.vocab import Vocab
+
+    table = read_split(project / "data/shards" / TASK / "test")
+    src_vocab = Vocab.load(project / "data/vocab" / TASK / "src.vocab")
+    model, _ = load_checkpoint(project / "data/checkpoints" / TASK / mech / "model.pt", mech, torch.device("cpu"))
+    records = decode_table(model, table, src_vocab, src_vocab, EvalConfig.from_dict(EVALUATE), torch.device("cpu"))
+    texts = [" ".join(src) for src in table.column("src").to_pylist()]
+    frame = local(project, mech).predict(pd.DataFrame({"text": texts}))
+    assert list(frame.columns) == ["output", "copied", "tokens"]
+    assert [list(t) for t in frame["tokens"]] == [r["pred"] for r in records]
+    assert list(frame["output"]) == [" ".join(r["pred"]) for r in records]
+    assert [list(c) for c in frame["copied"]] == [r["copied"] for r in records]
+    # a list of str is accepted too, and an empty text gives an empty output without decoding
+    again = local(project, mech).predict(texts[:2] + [""])
+    assert list(again["output"]) == list(frame["output"][:2]) + [""]
+
+
+def test_copynet_copies_oov_source_words_rnnsearch_cannot(project) -> None:
+    from pipeline.vocab import Vocab
+
+    vocab = Vocab.load(project / "data/vocab" / TASK / "tgt.vocab")
+    assert all(w not in vocab for w in ("u1", "zz9", "u2"))
+    copy = local(project, "copynet").predict([OOV_TEXT, "a s1 s2 b"])
+    assert list(copy["output"]) == ["b u1 zz9 u2", "b s1 s2"]
+    assert [list(c) for c in copy["copied"]] == [["u1", "zz9", "u2"], []]
+    plain = local(project, "rnnsearch").predict([OOV_TEXT])
+    tokens = list(plain["tokens"][0])
+    assert list(plain["copied"][0]) == [] and all(t in vocab for t in tokens)  # it can only say <unk>
+
+
+def test_exact_match_on_unseen_fillers(project) -> None:
+    """Every test source's fillers are unseen: CopyNet gets (nearly) all, RNNSearch none."""
+    from pipeline.shards import read_split
+
+    table = read_split(project / "data/shards" / TASK / "test")
+    texts = [" ".join(s) for s in table.column("src").to_pylist()]
+    gold = [" ".join(t) for t in table.column("tgt").to_pylist()]
+    hits = {m: sum(o == g for o, g in zip(local(project, m).predict(texts)["output"], gold)) for m in MECHANISMS}
+    assert hits["copynet"] >= 18 and hits["rnnsearch"] == 0, hits
+
+
+def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
+    import mlflow
+
+    from pipeline.serving import log_pyfunc_model
+
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    mlflow.set_experiment(TASK)
+    with mlflow.start_run(run_name="copynet") as run:
+        pass
+    start = time.perf_counter()
+    uri = log_pyfunc_model(run.info.run_id, project / "data/checkpoints" / TASK / "copynet",
+                           project / "data/vocab" / TASK, serving_config("copynet"), input_example=[OOV_TEXT])
+    print(f"log_pyfunc_model: {time.perf_counter() - start:.1f}s")
+    loaded = mlflow.pyfunc.load_model(uri)
+    texts = [OOV_TEXT, "a s3 u7 s4 b", "a s1 b"]
+    want = local(project, "copynet").predict(texts)
+    got = loaded.predict(pd.DataFrame({"text": texts}))
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+    # decoding params go through the signature
+    greedy = loaded.predict(pd.DataFrame({"text": texts}), params={"beam_size": 1})
+    pd.testing.assert_frame_equal(greedy, local(project, "copynet", beam_size=1).predict(texts))
+    # the model's files: weights, vocabularies, config; its requirements are pinned
+    meta = loaded.metadata
+    assert meta.signature.inputs.input_names() == ["text"]
+    local_dir = Path(mlflow.artifacts.download_artifacts(uri))
+    reqs = (local_dir / "requirements.txt").read_text().split()
+    assert "torch==2.13.0" in reqs and all("==" in r for r in reqs if not r.startswith("-"))
+    config = json.loads((local_dir / "artifacts" / "serving.json").read_text())
+    assert config["mechanism"] == "copynet" and config["prepare"] == PREPARE and config["beam_size"] == 3
+
+
+def test_predict_cli_checkpoint(project, tmp_path, monkeypatch, capsys) -> None:
+    from pipeline.predict import main
+
+    inp = tmp_path / "in.txt"
+    inp.write_text(f"{OOV_TEXT}\n\na s1 s2 b\n")
+    out = tmp_path / "out.txt"
+    args = ["--checkpoint", str(project / "data/checkpoints" / TASK / "copynet"), "--params", str(project / "params.yaml")]
+    assert main(args + ["--input", str(inp), "--output", str(out)]) == 0
+    assert out.read_text().splitlines() == ["b u1 zz9 u2", "", "b s1 s2"]
+    assert main(args + ["--input", str(inp), "--output", str(out), "--show-copies", "--beam", "1"]) == 0
+    assert out.read_text().splitlines() == ["b [u1] [zz9] [u2]\tu1 zz9 u2", "\t", "b s1 s2\t"]
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("a u5 b\n"))
+    assert main(args) == 0
+    assert capsys.readouterr().out == "b u5\n"
+    with pytest.raises(FileNotFoundError, match="no trained model"):
+        main(["--checkpoint", str(tmp_path), "--task", TASK, "--params", str(project / "params.yaml")])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> None:
+    """`mlflow models serve -m models:/<task>@champion` on 127.0.0.1 answers as the local model."""
+    import mlflow
+
+    from pipeline.registry import register, set_champion
+    from pipeline.serving import log_pyfunc_model
+
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    mlflow.set_experiment(TASK)
+    with mlflow.start_run(run_name="copynet-serve") as run:
+        pass
+    uri = log_pyfunc_model(run.info.run_id, project / "data/checkpoints" / TASK / "copynet",
+                           project / "data/vocab" / TASK, serving_config("copynet"))
+    version = register(uri, TASK, {"mechanism": "copynet"})
+    set_champion(TASK, version, "serve test")
+
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{TASK}@champion", "--env-manager", "local",
+         "--host", "127.0.0.1", "--port", str(port)],
+        cwd=store, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(f"server did not come up: {proc.stdout.read().decode(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        ready = time.perf_counter() - start
+        texts = [OOV_TEXT, "a s1 s2 b"]
+        body = {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}, "params": {"beam_size": 3}}
+        req = urllib.request.Request(f"{base}/invocations", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answer = json.loads(r.read())
+        print(f"server ready in {ready:.1f}s")
+        want = local(project, "copynet").predict(texts)
+        assert answer["predictions"] == [{"output": o, "copied": list(c), "tokens": list(t)}
+                                         for o, c, t in zip(want["output"], want["copied"], want["tokens"])]
+        assert answer["predictions"][0] == {"output": "b u1 zz9 u2", "copied": ["u1", "zz9", "u2"],
+                                            "tokens": ["b", "u1", "zz9", "u2"]}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
