@@ -20,6 +20,7 @@ for _key, _value in {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "DO_NOT_TRACK": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
     "DVC_NO_ANALYTICS": "1",
 }.items():
     os.environ.setdefault(_key, _value)
