@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
@@ -33,6 +34,37 @@ def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
     return buf.getvalue()
 
 
+def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[str | None, str]:
+    """Move ``champion`` to the best registered version by the task's metric among those scored on
+    the current test data (versions scored on other data are not comparable); a line for the page."""
+    prefix = section(params, "tracking").get("registry_prefix", "")
+    split, key, higher = primary_metric(params, paths.task)
+    same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
+    champ = promote_best(paths.task, f"{split}.{key}", higher, prefix, where=same_data)
+    line = "" if champ is None else \
+        f"\nMLflow registry: `models:/{model_name(paths.task, prefix)}@champion` = version {champ} (best {split} {key}).\n"
+    return champ, line
+
+
+def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict) -> Path:
+    """The bar chart (ours and the paper's rows on the first compared split) and the DVC plot CSV."""
+    split = cfg.get("splits", ["test"])[0]
+    kind = kinds.get(split, "exact_match")
+    columns = list(cfg.get("columns", [])) + (["all"] if kind == "exact_match" else [])
+    rows = plot_rows(metrics, split, cfg.get("columns", []), kind)
+    bars = {f"{DISPLAY_NAMES.get(m, m)} (ours)": v for m, v in rows.items()}
+    for table_id, table_split in (cfg.get("paper_tables") or {}).items():
+        paper = PAPER_TABLES[table_id]
+        if table_split == split:
+            bars.update({f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
+                         for m, vals in paper["rows"].items() if m in metrics})
+    png = paths.comparison / f"{paths.task}.png"
+    unit = "accuracy (%), top-1" if kind == "exact_match" else kind
+    grouped_bars(bars, columns, png, f"{paths.task} ({split}): {unit}", unit)
+    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns))
+    return png
+
+
 @task
 def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     task_name = paths.task
@@ -49,34 +81,13 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
             raise KeyError(f"compare.paper_tables of {task_name}: no paper table {table_id!r} "
                            f"(pipeline/paper_results.py has {sorted(PAPER_TABLES)})")
     kinds = {split: ev.metric_for(split) for split in ev.splits}
-    text = comparison_markdown(task_name, metrics, cfg, DISPLAY_NAMES, kinds)
+    manifests = task_manifests(paths.shards)
+    champ, champ_line = choose_champion(paths, params, manifests)
+    text = comparison_markdown(task_name, metrics, cfg, DISPLAY_NAMES, kinds) + champ_line
     md = paths.comparison / f"{task_name}.md"
     write_text_atomic(md, text)
+    png = write_plots(paths, metrics, cfg, kinds)
 
-    split = cfg.get("splits", ["test"])[0]
-    kind = kinds.get(split, "exact_match")
-    columns = list(cfg.get("columns", [])) + (["all"] if kind == "exact_match" else [])
-    rows = plot_rows(metrics, split, cfg.get("columns", []), kind)
-    bars = {f"{DISPLAY_NAMES.get(m, m)} (ours)": v for m, v in rows.items()}
-    for table_id, table_split in (cfg.get("paper_tables") or {}).items():
-        paper = PAPER_TABLES[table_id]
-        if table_split == split:
-            bars.update({f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
-                         for m, vals in paper["rows"].items() if m in metrics})
-    png = paths.comparison / f"{task_name}.png"
-    unit = "accuracy (%), top-1" if kind == "exact_match" else kind
-    grouped_bars(bars, columns, png, f"{task_name} ({split}): {unit}", unit)
-    write_text_atomic(paths.comparison_plot(task_name), plot_csv(rows, columns))
-
-    # The champion: the best registered version by the task's metric among those scored on the
-    # same test data (versions scored on other data are not comparable).
-    manifests = task_manifests(paths.shards)
-    split, key, higher = primary_metric(params, task_name)
-    same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
-    champ = promote_best(task_name, f"{split}.{key}", higher, tracking.get("registry_prefix", ""), where=same_data)
-    if champ is not None:
-        text += f"\nMLflow registry: `models:/{model_name(task_name, tracking.get('registry_prefix', ''))}@champion` = version {champ} (best {split} {key}).\n"
-        write_text_atomic(md, text)
     experiment = f"{tracking['experiment_prefix']}{task_name}"
     parent = parent_run(experiment, task_name, task_params(params, task_name), manifests, root=paths.root)
     with RunLogger(experiment, "comparison", parent_run_id=parent,

@@ -62,7 +62,7 @@ def register_model(run, paths: TaskPaths, mechanism: str, params: dict, ev: dict
     prepare = params["prepare"][task_name]
     subword = paths.shards / "subword.model" if prepare.get("subword") else None
     serving = ServingConfig.from_params(task_name, mechanism, prepare, ev)
-    example = None
+    example = None  # entity-anonymised input cannot be typed as raw text (raw_input refuses it)
     if prepare.get("reader") != "gigaword_pointers" or prepare.get("mode") != "entity":
         first_src = read_split(paths.split(split)).column("src")[0].as_py()
         example = [detokenize(first_src, prepare, subword)]
