@@ -236,7 +236,10 @@ def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> No
     set_champion(TASK, version, "serve test")
 
     port = _free_port()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # `mlflow models serve` runs `uvicorn` from PATH: the venv's bin must be on it even when the
+    # tests run as .venv/bin/python without an activated environment (make test, CI)
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{TASK}@champion", "--env-manager", "local",
@@ -269,9 +272,10 @@ def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> No
         assert answer["predictions"][0] == {"output": "b u1 zz9 u2", "copied": ["u1", "zz9", "u2"],
                                             "tokens": ["b", "u1", "zz9", "u2"]}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
