@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,3 +81,16 @@ def tiny_project(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)  # MLflow puts artifacts under ./mlruns
     return tmp_path
+
+
+def assert_gradients_reach_every_parameter(model, zero_pad_rows: tuple[str, ...] = ("tgt_emb",)) -> None:
+    """After ``loss.backward()``: every parameter has a finite, non-zero gradient, and the ``<pad>``
+    row of each named embedding gets none (``padding_idx``)."""
+    from pipeline.vocab import PAD
+
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().max().item() > 0, name
+    for emb in zero_pad_rows:
+        assert getattr(model, emb).weight.grad[PAD].abs().max().item() == 0.0, emb

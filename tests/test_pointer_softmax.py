@@ -31,16 +31,7 @@ from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
-from tests.conftest import sharpened
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is fastest, and does not fight other processes for the 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.conftest import assert_gradients_reach_every_parameter, sharpened
 
 
 def sigmoid(x: float) -> float:
@@ -352,11 +343,7 @@ def test_gradients_reach_every_parameter(switch: str) -> None:
     assert n_tokens == 4 + 6 + 6
     assert torch.isfinite(loss)
     loss.backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None, name
-        assert torch.isfinite(p.grad).all(), name
-        assert p.grad.abs().max().item() > 0, name
-    assert model.tgt_emb.weight.grad[PAD].abs().max().item() == 0.0
+    assert_gradients_reach_every_parameter(model)
 
 
 def test_gradients_finite_when_attention_underflows() -> None:
