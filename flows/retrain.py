@@ -345,23 +345,18 @@ def refresh_data(root: Path, cfg: RetrainConfig) -> dict:
 @task(cache_policy=NO_CACHE)
 def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, run_dir: Path) -> dict:
     """Train ``mechanism`` on the task's current train/valid shards into ``run_dir`` only."""
-    from models.config import ModelConfig
     from pipeline.tracking import RunLogger, provenance_tags
-    from pipeline.train import TrainConfig, build_seeded_model, train
-    from pipeline.vocab import Vocab
+    from pipeline.train_job import TrainJob
 
     paths = TaskPaths(task_name, root)
     vocab_dir, ckpt_dir = run_dir / "vocab", run_dir / "checkpoint"
     if not vocab_dir.exists():  # a retry keeps the first attempt's snapshot
         subword = paths.shards / "subword.model"  # a sentencepiece corpus is served with its model
         copy_dir_atomic(paths.vocab, vocab_dir, extra=[subword] if subword.exists() else [])
-    src_vocab, tgt_vocab = Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab")
-    model_cfg = ModelConfig.from_dict(section(params, "model"), mechanism, src_vocab=len(src_vocab),
-                                      tgt_vocab=len(tgt_vocab))
-    train_cfg = TrainConfig.from_dict(section(params, "train"))
+    # The snapshot holds the vocabularies and the splits encoded with them (pipeline.encoded).
+    job = TrainJob(paths, mechanism, params, vocab_dir=vocab_dir)
+    model_cfg, train_cfg = job.model_cfg, job.train_cfg
     manifests = {s: read_manifest(paths.split(s)) for s in ("train", "valid")}
-    data_hash = "".join(m["content_sha256"] for m in manifests.values())
-    model = build_seeded_model(mechanism, model_cfg, train_cfg.seed)
 
     run_file = run_dir / "run.json"
     previous = json.loads(run_file.read_text())["run_id"] if run_file.exists() else None
@@ -371,9 +366,7 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
         write_json_atomic(run_file, {"run_id": run.run_id})
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg)})
-        history = train(model, read_split(paths.split("train")), read_split(paths.split("valid")), src_vocab,
-                        tgt_vocab, train_cfg, ckpt_dir, model_config=vars(model_cfg), data_hash=data_hash,
-                        on_epoch=lambda row: run.metrics(row, step=row["epoch"]))
+        history = job.run(on_validate=lambda row: run.metrics(row, step=row["step"]), checkpoints=ckpt_dir)
     if not (ckpt_dir / "model.pt").exists():
         raise RuntimeError(f"training {mechanism} wrote no {ckpt_dir / 'model.pt'} (train.epochs = {train_cfg.epochs})")
     return {"run_id": run.run_id, "mechanism": mechanism, "checkpoint": ckpt_dir / "model.pt", "vocab": vocab_dir,

@@ -1,22 +1,28 @@
-"""vocab@<task>: source and target vocabularies from the train split."""
+"""vocab@<task>: source and target vocabularies from the train split, then the train and valid
+splits id-encoded with them (pipeline.encoded), so training does no string work per step."""
 from __future__ import annotations
 
 import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
+from pipeline.encoded import write_encoded_split
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
-from pipeline.shards import read_split
 from pipeline.tasks import effective_params
-from pipeline.vocab import build_vocab, count_tokens
+from pipeline.vocab import Vocab, build_vocab, count_split_tokens
 
 
 @task
 def build(paths: TaskPaths, side: str, max_size: int | None, min_count: int) -> int:
-    table = read_split(paths.split("train"))
-    vocab = build_vocab(count_tokens(table, side), max_size=max_size, min_count=min_count)
+    vocab = build_vocab(count_split_tokens(paths.split("train"), side), max_size=max_size, min_count=min_count)
     vocab.save(paths.vocab / f"{side}.vocab")
     return len(vocab)
+
+
+@task
+def encode(paths: TaskPaths, split: str) -> int:
+    src, tgt = Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab")
+    return write_encoded_split(paths.split(split), paths.encoded(split), src, tgt)["rows"]
 
 
 @flow(name="vocab")
@@ -27,7 +33,9 @@ def vocab_flow(task_name: str, params_path: str | None = None) -> dict:
         "src": build(paths, "src", cfg.get("src_max_size"), cfg.get("min_count", 1)),
         "tgt": build(paths, "tgt", cfg.get("tgt_max_size"), cfg.get("min_count", 1)),
     }
-    print(f"{task_name}: source vocabulary {sizes['src']}, target vocabulary {sizes['tgt']}")
+    rows = {split: encode(paths, split) for split in ("train", "valid")}
+    print(f"{task_name}: source vocabulary {sizes['src']}, target vocabulary {sizes['tgt']}; "
+          f"encoded {rows['train']} train and {rows['valid']} valid rows")
     return sizes
 
 

@@ -14,10 +14,9 @@ from pipeline.extended_vocab import NEG
 
 
 def _attend(scores: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """scores (B, S), memory (B, S, D), mask (B, S) -> context (B, D), weights (B, S)."""
-    weights = torch.softmax(scores.masked_fill(~mask, NEG), dim=-1)  # (B, S)
-    context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)  # (B, D)
-    return context, weights
+    """scores (B, T, S), memory (B, S, D), mask (B, S) -> context (B, T, D), weights (B, T, S)."""
+    weights = torch.softmax(scores.masked_fill(~mask.unsqueeze(1), NEG), dim=-1)  # (B, T, S)
+    return torch.bmm(weights, memory), weights  # (B, T, D), (B, T, S)
 
 
 class BahdanauAttention(nn.Module):
@@ -40,7 +39,8 @@ class BahdanauAttention(nn.Module):
         feats = keys + self.query(query).unsqueeze(1)  # (B, S, A)
         if self.w_cov is not None:
             feats = feats + self.w_cov(coverage.unsqueeze(-1))  # (B, S, A)
-        return _attend(self.v(torch.tanh(feats)).squeeze(-1), memory, mask)
+        context, weights = _attend(self.v(torch.tanh(feats)).transpose(1, 2), memory, mask)  # (B, 1, .)
+        return context.squeeze(1), weights.squeeze(1)
 
 
 class LuongAttention(nn.Module):
@@ -57,4 +57,10 @@ class LuongAttention(nn.Module):
     def forward(self, query: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor,
                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """query (B, H), keys (B, S, H), memory (B, S, 2H), mask (B, S) -> (B, 2H), (B, S)."""
-        return _attend(torch.bmm(keys, query.unsqueeze(2)).squeeze(2), memory, mask)
+        context, weights = self.attend_all(query.unsqueeze(1), keys, memory, mask)
+        return context.squeeze(1), weights.squeeze(1)
+
+    def attend_all(self, queries: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor,
+                   mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every step at once: queries (B, T, H) -> context (B, T, 2H), weights (B, T, S)."""
+        return _attend(torch.bmm(queries, keys.transpose(1, 2)), memory, mask)  # scores (B, T, S)

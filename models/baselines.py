@@ -11,8 +11,7 @@ import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Seq2Seq, State
-from pipeline.extended_vocab import pad_extended
+from models.seq2seq import OutputLayer, Scores, Seq2Seq, State
 
 
 class SoftmaxOutput(OutputLayer):
@@ -20,9 +19,9 @@ class SoftmaxOutput(OutputLayer):
         super().__init__()
         self.readout = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.tgt_vocab)  # [s_t; c_t] -> V
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        scores = self.mask_unemittable(self.readout(torch.cat([s_t, context], dim=-1)))  # (B, V)
-        return pad_extended(torch.log_softmax(scores, dim=-1), state["n_ext"]), {}
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
+        logits = self.project(torch.cat([s, context], dim=-1), self.readout)  # (B, T, V)
+        return Scores(torch.log_softmax(logits, dim=-1))  # softmax over V; no copy term
 
 
 def build_encdec(cfg: ModelConfig) -> Seq2Seq:

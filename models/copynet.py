@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Seq2Seq, State
-from pipeline.extended_vocab import NEG, mix_scores
+from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
+from pipeline.extended_vocab import NEG
 
 
 class CopyNetOutput(OutputLayer):
@@ -34,27 +34,38 @@ class CopyNetOutput(OutputLayer):
         memory = state["memory"]  # (B, S, 2H)
         return {
             "copy_keys": torch.tanh(self.w_c(memory)),  # (B, S, H): tanh(h_j^T W_c), once per source
-            # log p(x_tau, c | s_{t-1}); at t = 1, y_0 = <s> is never in the source, so zeta = 0.
-            "copy_logp": memory.new_full(memory.shape[:2], NEG),  # (B, S)
+            # log p(x_tau, c | s_{t-1}) up to a per-row constant; at t = 1, y_0 = <s> is never in the
+            # source, so zeta = 0.
+            "select_scores": memory.new_full(memory.shape[:2], NEG),  # (B, S)
         }
+
+    def copy_scores(self, s: torch.Tensor, state: State) -> torch.Tensor:
+        """psi_c(x_j) = tanh(h_j^T W_c) s_t (eq. 8), NEG at padding: s (B, T, H) -> (B, T, S).
+        float32 even under CUDA autocast: the shared normaliser must not be quantised to bf16."""
+        copy = at_least_fp32(torch.matmul(s, state["copy_keys"].transpose(1, 2)))  # (B, T, S)
+        return copy.masked_fill(~state["src_mask"].unsqueeze(1), NEG)
 
     def extra_input(self, state: State, prev_ids: torch.Tensor) -> torch.Tensor:
         """Selective read zeta(y_{t-1}) (eq. 9): (B,) -> (B, 2H)."""
         match = (state["src_ext"] == prev_ids.unsqueeze(1)) & state["src_mask"]  # (B, S)
-        # rho = p(x_tau, c) / K over matching positions: a softmax of the log-probs restricted to them
-        # (non-matching positions sit at 2*NEG, below any log-prob, even a masked one at NEG).
-        rho = torch.softmax(state["copy_logp"].masked_fill(~match, 2 * NEG), dim=-1)  # (B, S)
+        # rho = p(x_tau, c) / K over matching positions: a softmax of the copy scores restricted to
+        # them (so Z, shared by every position, cancels; non-matching positions sit at 2*NEG, below
+        # any score, even a masked one at NEG).
+        rho = torch.softmax(state["select_scores"].masked_fill(~match, 2 * NEG), dim=-1)  # (B, S)
         rho = rho * match.any(dim=1, keepdim=True)  # zeta = 0 when y_{t-1} is not in the source
         return torch.bmm(rho.unsqueeze(1), state["memory"]).squeeze(1)  # (B, 2H)
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        # Scores in float32 even under CUDA autocast: the shared normaliser (logsumexp, scatter)
-        # is not on autocast's float32 list, and bf16 would quantise the log-likelihood.
-        gen = self.mask_unemittable(self.w_o(s_t).float())  # (B, V) psi_g, eq. 7
-        copy = torch.bmm(state["copy_keys"], s_t.unsqueeze(2)).squeeze(2).float()  # (B, S) psi_c, eq. 8
-        copy = copy.masked_fill(~state["src_mask"], NEG)
-        log_probs, copy_logp = mix_scores(gen, copy, state["src_ext"], state["n_ext"])  # eq. 4-6
-        return log_probs, {"copy_logp": copy_logp}
+    def feedback(self, s_t: torch.Tensor, state: State) -> State:
+        """Teacher forcing: the selective read of step t+1 needs psi_c of step t only (not Z)."""
+        return {"select_scores": self.copy_scores(s_t.unsqueeze(1), state).squeeze(1)}  # (B, S)
+
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
+        gen = self.project(s, self.w_o)  # (B, T, V) psi_g, eq. 7
+        return shared_softmax(gen, self.copy_scores(s, view))  # eq. 4-6, with psi_c (B, T, S) of eq. 8
+
+    def step_updates(self, scores: Scores) -> State:
+        copy_logp = scores.copy_log_probs().squeeze(1)  # (B, S) log p(x_j, c | s_t)
+        return {"copy_logp": copy_logp, "select_scores": copy_logp}
 
 
 def build_copynet(cfg: ModelConfig) -> Seq2Seq:

@@ -6,7 +6,8 @@ the context c_t (B, M) the output layer reads, and the attention weights (B, S) 
   reading one fixed code. (The pointer-generator's coverage decoder, which attends after the
   update, is in models/pointer_generator.py.)
 - ``LuongDecoder`` (Luong et al. 2015; WEAN section 2 and 3.1.3): a stacked LSTM updates first,
-  then attends with the new top state s_t ('general' score).
+  then attends with the new top state s_t ('general' score). Without input feeding, teacher forcing
+  runs it over the whole target at once (``forward_sequence``).
 
 State tensors are batch-first (beam search reorders dim 0): the LSTM's (L, B, H) states are kept
 as (B, L, H). ``static_keys`` name the entries fixed per source.
@@ -74,3 +75,11 @@ class LuongDecoder(nn.Module):
         s_t = out.squeeze(1)  # (B, H)
         context, weights = self.attention(s_t, state["keys"], state["memory"], state["src_mask"])
         return s_t, context, weights, {"h": h.transpose(0, 1), "c": c.transpose(0, 1), "s": s_t}
+
+    def forward_sequence(self, state: State, x: torch.Tensor):
+        """Teacher forcing, every step at once (no input feeding: x_t is e(y_{t-1}) only):
+        x (B, T, In) -> s (B, T, H) top layer, c (B, T, M), weights (B, T, S)."""
+        hc = (state["h"].transpose(0, 1).contiguous(), state["c"].transpose(0, 1).contiguous())  # (L, B, H)
+        s, _ = self.rnn(x, hc)  # (B, T, H): one cuDNN / oneDNN call for the whole target
+        context, weights = self.attention.attend_all(s, state["keys"], state["memory"], state["src_mask"])
+        return s, context, weights

@@ -34,8 +34,8 @@ from torch.nn import functional as F
 
 from models.attention import BahdanauAttention
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Seq2Seq, State
-from pipeline.extended_vocab import NEG, pad_extended, scatter_logsumexp
+from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from pipeline.extended_vocab import NEG
 from pipeline.params import dataclass_from_dict
 
 
@@ -97,31 +97,41 @@ class PointerGeneratorOutput(OutputLayer):
         self.gate = nn.Linear(memory + cfg.hidden + cfg.emb, 1)  # [w_h*; w_s; w_x], b_ptr of eq. 8
         self.coverage = opts.coverage
         self.coverage_loss_weight = opts.coverage_loss_weight
+        self.sequence_keys = ("coverage",) if opts.coverage else ()  # c^t, read before the step's update
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         # float32 even under autocast: logsumexp/scatter of the mixture must not be quantised to bf16.
-        scores = self.vocab(self.proj(torch.cat([s_t, context], dim=-1))).float()  # (B, V)
-        log_vocab = torch.log_softmax(self.mask_unemittable(scores), dim=-1)  # (B, V) log P_vocab, eq. 4
-        gate = self.gate(torch.cat([context, s_t, state["x_t"]], dim=-1)).float()  # (B, 1), eq. 8
+        logits = self.project(self.proj(torch.cat([s, context], dim=-1)), self.vocab)  # (B, T, V)
+        gate = at_least_fp32(self.gate(torch.cat([context, s, view["x"]], dim=-1)))  # (B, T, 1), eq. 8
         log_gen, log_copy = F.logsigmoid(gate), F.logsigmoid(-gate)  # log p_gen, log(1 - p_gen)
-        attn = state["attn"].float()  # (B, S) a^t, exactly 0 at padding
+        attn = at_least_fp32(view["attn"])  # (B, T, S) a^t, exactly 0 at padding
         # log a^t without log 0: a weight that underflowed float32 (< 1e-38) counts as ~1e-38.
-        log_attn = attn.clamp_min(torch.finfo(attn.dtype).tiny).log().masked_fill(~state["src_mask"], NEG)
-        vocab_size = scores.size(1)
-        log_copy_dist = scatter_logsumexp(log_attn, state["src_ext"], vocab_size + state["n_ext"])  # (B, V+X)
-        log_probs = torch.logaddexp(log_gen + pad_extended(log_vocab, state["n_ext"]),
-                                    log_copy + log_copy_dist)  # (B, V + X), eq. 9
-        updates = {"copy_logp": log_copy + log_attn}  # (B, S) log (1 - p_gen) a_i^t: the heat map's copy mode
+        log_attn = attn.clamp_min(torch.finfo(attn.dtype).tiny).log().masked_fill(~view["src_mask"].unsqueeze(1), NEG)
+        parts = {}
         if self.coverage:
             # covloss_t = sum_i min(a_i^t, c_i^t), c^t = sum of the previous steps' attention (eq. 12)
-            updates["covloss"] = torch.minimum(attn, state["coverage"].float()).sum(dim=-1)  # (B,)
-        return log_probs, updates
+            parts["covloss"] = torch.minimum(attn, at_least_fp32(view["coverage"])).sum(dim=-1)  # (B, T)
+        # eq. 9: p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t, P_vocab = softmax of eq. 4
+        return Scores(torch.log_softmax(logits, dim=-1), log_gen, log_attn, log_copy, parts)
+
+    def step_updates(self, scores: Scores) -> State:
+        updates = {"copy_logp": scores.copy_log_probs().squeeze(1)}  # (B, S) log (1 - p_gen) a_i^t: the heat map's copy mode
+        if self.coverage:
+            updates["covloss"] = scores.parts["covloss"].squeeze(1)  # (B,)
+        return updates
 
     def gold_score(self, log_probs: torch.Tensor, state: State, target: torch.Tensor, t: int, batch) -> torch.Tensor:
         """-loss_t of eq. 13: log P(w*_t) - lambda covloss_t (plain log P(w*_t) without coverage)."""
         gold = super().gold_score(log_probs, state, target, t, batch)  # (B,)
         if self.coverage:
             gold = gold - self.coverage_loss_weight * state["covloss"]
+        return gold
+
+    def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
+        """-loss_t of eq. 13 for every step (B, T) when ``objective``, else log P(w*_t)."""
+        gold = super().sequence_gold(scores, view, target, batch, objective)  # (B, T)
+        if objective and self.coverage:
+            gold = gold - self.coverage_loss_weight * scores.parts["covloss"]
         return gold
 
 

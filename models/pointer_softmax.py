@@ -62,8 +62,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Seq2Seq, State
-from pipeline.extended_vocab import NEG, pad_extended, scatter_logsumexp
+from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
+from pipeline.extended_vocab import NEG, gold_log_probs, pad_extended
 from pipeline.params import dataclass_from_dict
 from pipeline.vocab import PAD, SPECIALS, UNK
 
@@ -197,80 +197,116 @@ class PointerSoftmaxOutput(OutputLayer):
             allowed = allowed & (in_src | (ids < max(k, len(SPECIALS))).unsqueeze(0))
         return {"ps_allowed": allowed}
 
-    # -- one step -----------------------------------------------------------------------------
+    # -- scores ---------------------------------------------------------------------------------
 
-    def components(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> dict[str, torch.Tensor]:
-        """The three components of one step, in log space (float32 also under autocast):
-        log d_t (B,), log(1 - d_t) (B,), log w_t over V (B, V), log l_t over positions (B, S)."""
-        feats = torch.cat([s_t, context], dim=-1)  # (B, H + M)
-        gen = self.readout(feats).float()  # (B, L)
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
+        """The three components at every position, in log space (float32 also under autocast):
+        the shortlist softmax log w_t (B, T, V) with gen_shift = log d_t, the location softmax
+        log l_t (B, T, S) with copy_shift = log(1 - d_t) (eq. 8-9)."""
+        feats = torch.cat([s, context], dim=-1)  # (B, T, H + M)
+        gen = self.project(feats, self.readout)  # (B, T, L), <pad> and <s> at NEG
         if self.limit < self.vocab:
-            gen = torch.cat([gen, gen.new_full((gen.size(0), self.vocab - self.limit), NEG)], dim=1)  # (B, V)
-        gen = self.mask_unemittable(gen).masked_fill(~state["ps_allowed"], NEG)
-        switch = self.opts.temperature * self.switch(feats).float()  # (B,) T * f([h_t; c_t])
-        return {
-            "ps_log_d": F.logsigmoid(switch),  # log p(z_t = 1), eq. 8
-            "ps_log_1md": F.logsigmoid(-switch),  # log p(z_t = 0) = log(1 - sigmoid(.)), eq. 9
-            "ps_log_w": torch.log_softmax(gen, dim=-1),  # shortlist softmax
-            "ps_log_l": self.log_location(state),  # location softmax
-        }
+            gen = torch.cat([gen, gen.new_full((*gen.shape[:-1], self.vocab - self.limit), NEG)], dim=-1)  # (B, T, V)
+        gen = gen.masked_fill(~view["ps_allowed"].unsqueeze(1), NEG)
+        switch = self.opts.temperature * at_least_fp32(self.switch(feats))  # (B, T) T * f([h_t; c_t])
+        log_d, log_1md = F.logsigmoid(switch), F.logsigmoid(-switch)  # log p(z_t = 1), log p(z_t = 0): eq. 8, 9
+        return Scores(torch.log_softmax(gen, dim=-1), log_d.unsqueeze(-1), self.log_location(view),
+                      log_1md.unsqueeze(-1), {"log_d": log_d, "log_1md": log_1md})
 
     @staticmethod
-    def log_location(state: State) -> torch.Tensor:
-        """log l_t (B, S), NEG at padding. The attention gives probabilities; a weight that underflowed
+    def log_location(view: State) -> torch.Tensor:
+        """log l_t (B, T, S), NEG at padding. The attention gives probabilities; a weight that underflowed
         to 0 is clamped to the smallest normal float (log ~ -87), which keeps every gradient finite."""
-        mask = state["src_mask"]
-        attn = state["attn"].float()  # (B, S)
-        return attn.clamp_min(torch.finfo(attn.dtype).tiny).log().masked_fill(~mask, NEG)
+        attn = at_least_fp32(view["attn"])  # (B, T, S)
+        return attn.clamp_min(torch.finfo(attn.dtype).tiny).log().masked_fill(~view["src_mask"].unsqueeze(1), NEG)
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """Log-probabilities over V + X (B, V + X): the marginal p(w) = d w(w) + (1 - d) sum_{x_j = w} l_j,
-        or, with ``decode: max`` in eval mode, the best derivation max(d w(w), max_{x_j = w} (1 - d) l_j)."""
-        parts = self.components(s_t, context, state)
-        n_ext = state["n_ext"]
-        size = self.vocab + n_ext
-        word = parts["ps_log_d"].unsqueeze(1) + pad_extended(parts["ps_log_w"], n_ext)  # (B, V+X) log d w
-        loc = parts["ps_log_1md"].unsqueeze(1) + parts["ps_log_l"]  # (B, S) log (1 - d) l_j
-        if self.decode == "max" and not self.training:
-            best = loc.new_full((loc.size(0), size), NEG)
-            best = best.scatter_reduce(1, state["src_ext"], loc, reduce="amax", include_self=True)  # (B, V+X)
-            return torch.maximum(word, best), {**parts, "copy_logp": loc}
-        # copy_logp: log (1 - d) l_j, the pointing probability the heat map draws
-        return torch.logaddexp(word, scatter_logsumexp(loc, state["src_ext"], size)), {**parts, "copy_logp": loc}
+    def step_updates(self, scores: Scores) -> State:
+        """The components of the step, (B, ...): what ``gold_score`` and ``paper_decision`` read."""
+        parts = scores.parts
+        return {
+            "ps_log_d": parts["log_d"].squeeze(1),  # (B,) log d_t
+            "ps_log_1md": parts["log_1md"].squeeze(1),  # (B,) log(1 - d_t)
+            "ps_log_w": scores.gen.squeeze(1),  # (B, V) shortlist softmax
+            "ps_log_l": scores.copy.squeeze(1),  # (B, S) location softmax
+            "copy_logp": scores.copy_log_probs().squeeze(1),  # (B, S) log (1 - d) l_j: the heat map's pointing
+        }
+
+    def distribution(self, scores: Scores, view: State) -> torch.Tensor:
+        """The marginal p(w) = d w(w) + (1 - d) sum_{x_j = w} l_j over V + X, or, with ``decode: max``
+        in eval mode, the best derivation max(d w(w), max_{x_j = w} (1 - d) l_j)."""
+        if not (self.decode == "max" and not self.training):
+            return super().distribution(scores, view)
+        n_ext = view["n_ext"]
+        word = pad_extended(scores.gen_log_probs(), n_ext)  # (B, T, V+X) log d w
+        loc = scores.copy_log_probs()  # (B, T, S) log (1 - d) l_j
+        bsz, steps, src_len = loc.shape
+        best = loc.new_full((bsz * steps, word.size(-1)), NEG)
+        index = view["src_ext"].unsqueeze(1).expand(bsz, steps, src_len).reshape(-1, src_len)
+        best = best.scatter_reduce(1, index, loc.reshape(-1, src_len), reduce="amax", include_self=True)
+        return torch.maximum(word, best.view_as(word))
+
+    def step_log_likelihood(self, log_probs: torch.Tensor, state: State, target: torch.Tensor) -> torch.Tensor:
+        """log p(y_t), the marginal, also when search ranks by the best derivation (``decode: max``)."""
+        return gold_log_probs(state["ps_log_w"], state["ps_log_d"].unsqueeze(-1), state["ps_log_l"],
+                              state["ps_log_1md"].unsqueeze(-1), state["src_ext"], state["src_mask"], target)
 
     # -- training objective -------------------------------------------------------------------
+
+    def rule_switch(self, state: State, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Without annotations: pointed where the target (B, ...) is not in the shortlist but in the
+        source, at the first source position holding its extended id; pointer -1 elsewhere."""
+        src_ext, mask = state["src_ext"], state["src_mask"]  # (B, S)
+        shape = (src_ext.size(0), *([1] * (target.dim() - 1)), src_ext.size(1))
+        match = (src_ext.view(shape) == target.unsqueeze(-1)) & mask.view(shape)  # (B, ..., S)
+        pointed = (target >= self.limit) & match.any(dim=-1)
+        first = match.int().argmax(dim=-1)  # first True (argmax returns the first maximum)
+        return pointed, torch.where(pointed, first, torch.full_like(first, -1))
 
     def observed_switch(self, state: State, target: torch.Tensor, t: int, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(pointed (B,) bool = the paper's z_t = 0, pointer (B,) long, -1: unknown) of step t.
 
-        From the batch's annotations when it has them; else the rule "target not in the shortlist but
-        in the source", pointing at the first source position holding the target's extended id."""
+        From the batch's annotations when it has them; else ``rule_switch``."""
         if batch.tgt_pointer is not None and batch.tgt_switch is not None:
             return batch.tgt_switch[:, t], batch.tgt_pointer[:, t]
-        match = (state["src_ext"] == target.unsqueeze(1)) & state["src_mask"]  # (B, S)
-        pointed = (target >= self.limit) & match.any(dim=1)  # (B,)
-        first = match.int().argmax(dim=1)  # (B,) first True (argmax returns the first maximum)
-        return pointed, torch.where(pointed, first, torch.full_like(first, -1))
+        return self.rule_switch(state, target)
 
-    def gold_score(self, log_probs: torch.Tensor, state: State, target: torch.Tensor, t: int, batch) -> torch.Tensor:
-        """log p(y_t, z_t) with z_t observed (eq. 6-7, 10), (B,):
-        log d_t + log w_t[y_t] on the shortlist side, log(1 - d_t) + log l_t[pointer] when pointed."""
-        pointed, pointer = self.observed_switch(state, target, t, batch)
+    def joint_log_likelihood(self, log_d: torch.Tensor, log_1md: torch.Tensor, log_w: torch.Tensor,
+                             log_l: torch.Tensor, target: torch.Tensor, pointed: torch.Tensor,
+                             pointer: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """log p(y_t, z_t) with z_t observed (eq. 6-7, 10), for targets of any shape (B, ...):
+        log d_t + log w_t[y_t] on the shortlist side (log_w (B, ..., V)), log(1 - d_t) +
+        log l_t[pointer] (log_l (B, ..., S)) when pointed; allowed (B, V)."""
         # Shortlist side: a word the shortlist cannot emit (here) is <unk> (section 4).
         in_vocab = target.clamp(max=self.vocab - 1)
-        emittable = (target < self.vocab) & state["ps_allowed"].gather(1, in_vocab.unsqueeze(1)).squeeze(1)
-        word_id = torch.where(emittable, target, torch.full_like(target, UNK))  # (B,) < V
-        word = state["ps_log_d"] + state["ps_log_w"].gather(1, word_id.unsqueeze(1)).squeeze(1)
+        emittable = (target < self.vocab) & allowed.gather(1, in_vocab.reshape(in_vocab.size(0), -1)).view_as(target)
+        word_id = torch.where(emittable, target, torch.full_like(target, UNK))
+        word = log_d + gather_last(log_w, word_id)
         # Pointer side: the annotated position; unknown position (-1): argmax of l_t or the switch alone.
-        log_l = state["ps_log_l"]  # (B, S)
         if self.opts.unknown_pointer == "argmax":
-            at = torch.where(pointer >= 0, pointer, log_l.detach().argmax(dim=1))
-            loc_term = log_l.gather(1, at.unsqueeze(1)).squeeze(1)
+            at = torch.where(pointer >= 0, pointer, log_l.detach().argmax(dim=-1))
+            loc_term = gather_last(log_l, at)
         else:
-            known = log_l.gather(1, pointer.clamp(min=0).unsqueeze(1)).squeeze(1)
+            known = gather_last(log_l, pointer.clamp(min=0))
             loc_term = torch.where(pointer >= 0, known, torch.zeros_like(known))
-        loc = state["ps_log_1md"] + loc_term
-        return torch.where(pointed, loc, word)
+        return torch.where(pointed, log_1md + loc_term, word)
+
+    def gold_score(self, log_probs: torch.Tensor, state: State, target: torch.Tensor, t: int, batch) -> torch.Tensor:
+        """Stepwise: log p(y_t, z_t) of step t, (B,)."""
+        pointed, pointer = self.observed_switch(state, target, t, batch)
+        return self.joint_log_likelihood(state["ps_log_d"], state["ps_log_1md"], state["ps_log_w"],
+                                         state["ps_log_l"], target, pointed, pointer, state["ps_allowed"])
+
+    def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
+        """log p(y_t, z_t) for every step (B, T) when ``objective``, else the marginal log p(y_t)."""
+        if not objective:
+            return super().sequence_gold(scores, view, target, batch, objective)
+        if batch.tgt_pointer is not None and batch.tgt_switch is not None:
+            pointed, pointer = batch.tgt_switch, batch.tgt_pointer  # (B, T)
+        else:
+            pointed, pointer = self.rule_switch(view, target)
+        parts = scores.parts
+        return self.joint_log_likelihood(parts["log_d"], parts["log_1md"], scores.gen, scores.copy,
+                                         target, pointed, pointer, view["ps_allowed"])
 
 
 def paper_decision(state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

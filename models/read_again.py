@@ -53,8 +53,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from models.attention import BahdanauAttention
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Seq2Seq, State
-from pipeline.extended_vocab import NEG, mix_scores
+from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
+from pipeline.extended_vocab import NEG
 from pipeline.params import dataclass_from_dict
 from pipeline.vocab import PAD, SPECIALS, UNK
 
@@ -300,14 +300,15 @@ class ReadAgainOutput(OutputLayer):
         p = state["oov_emb"][torch.arange(prev_ids.size(0), device=prev_ids.device), first]  # (B, E)
         return torch.where(match.any(dim=1, keepdim=True), p.to(emb.dtype), emb)
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        gen = self.w_o(s_t).float()  # (B, K) psi_g over Y; float32 under autocast, as CopyNet
-        gen = torch.cat([gen, gen.new_full((gen.size(0), self.vocab - self.k), NEG)], dim=1)  # (B, V)
-        gen = self.mask_unemittable(gen)
-        copy = torch.bmm(state["copy_keys"], s_t.unsqueeze(2)).squeeze(2).float()  # (B, S) psi_c
-        copy = copy.masked_fill(~state["src_mask"], NEG)
-        log_probs, copy_logp = mix_scores(gen, copy, state["src_ext"], state["n_ext"])  # (B, V+X), (B, S)
-        return log_probs, {"copy_logp": copy_logp}
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
+        gen = self.project(s, self.w_o)  # (B, T, K) psi_g over Y, <pad> and <s> at NEG; float32 under autocast
+        gen = torch.cat([gen, gen.new_full((*gen.shape[:-1], self.vocab - self.k), NEG)], dim=-1)  # (B, T, V)
+        copy = at_least_fp32(torch.matmul(s, view["copy_keys"].transpose(1, 2)))  # (B, T, S) psi_c
+        copy = copy.masked_fill(~view["src_mask"].unsqueeze(1), NEG)
+        return shared_softmax(gen, copy)  # one normaliser over Y and the source (CopyNet eq. 4-6)
+
+    def step_updates(self, scores: Scores) -> State:
+        return {"copy_logp": scores.copy_log_probs().squeeze(1)}  # (B, S)
 
 
 def build_read_again(cfg: ModelConfig) -> Seq2Seq:

@@ -9,38 +9,98 @@ One decoding step, for every mechanism:
                                          Luong: LSTM, then attend with s_t (WEAN)
   log p(y_t | .) over the extended vocabulary = output_layer(s_t, c_t, state + {"attn": a_t})
 
-``step(state, prev_ids) -> (log_probs_ext, state)`` is the one interface that training
-(teacher forcing), greedy and beam search all use, so they cannot disagree. The state is a
-flat dict whose tensors all have the batch (or batch x beam) as first dimension; search
-reorders it with ``index_select`` on dim 0.
+``step(state, prev_ids) -> (log_probs_ext, state)`` is the one interface that greedy and beam
+search use. The state is a flat dict whose tensors all have the batch (or batch x beam) as first
+dimension; search reorders it with ``index_select`` on dim 0.
 
-Training maximises, per target token, ``output_layer.gold_score`` (default: log p(y_t), CopyNet
+Teacher forcing runs in two phases (``forward``), as OpenNMT-py applies its generator to all steps
+at once:
+  1. the recurrence over the gold prefix, keeping only what feeds back into it (``teacher_forced``):
+     s_t, c_t, a_t and x_t for every t. CopyNet's selective read needs the copy scores of step t-1,
+     and only up to a per-row constant (eq. 9 normalises rho over the matching positions, so the
+     shared normaliser Z cancels): ``OutputLayer.feedback`` gives it without the vocabulary-wide
+     projection. The Luong decoder (WEAN, Seq2seq) has no input feeding and runs ``nn.LSTM`` over
+     the whole target at once (``LuongDecoder.forward_sequence``).
+  2. the output layer on all B x T positions at once (``OutputLayer.score_all``: one (B*T, H) x (H, V)
+     product instead of T small ones), and the per-token objective read off the scores at the gold
+     ids (``OutputLayer.sequence_gold``) without building the (B, T, V + X) distribution.
+``forward(batch, stepwise=True)`` is the previous, one-step-at-a-time teacher forcing (``step`` for
+every position, output layer included); the tests check that both give the same log-likelihoods and
+gradients, and ``benchmarks/bench_training.py`` compares their speed.
+
+Every output layer describes its distribution by ``Scores`` in log space:
+  log p(w) = logaddexp(gen_shift + gen[w], copy_shift + logsumexp_{j: x_j = w} copy[j])
+over the extended vocabulary (gen covers V; the copy term covers source words, OOVs included). Two
+readers serve every mechanism: ``extended_log_probs`` (the whole distribution, for search) and
+``gold_log_probs`` (the gold entries only, for training).
+
+Training maximises, per target token, the output layer's objective (default: log p(y_t), CopyNet
 eq. 10); a mechanism whose paper trains another per-step objective overrides it (Pointer
 Softmax: log p(y_t, z_t), with the switch z_t observed; coverage: minus the coverage penalty).
 Validation (eval mode) always scores log p(y_t), the same quantity for every mechanism.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from models.config import ModelConfig
 from models.decoder import BahdanauDecoder
 from models.encoder import make_encoder
-from pipeline.extended_vocab import NEG
+from pipeline.extended_vocab import NEG, extended_log_probs, gold_log_probs, shared_normaliser
 from pipeline.vocab import BOS, PAD, UNK
 
 State = dict[str, torch.Tensor | int]
 
 
+@dataclass
+class Scores:
+    """An output layer's log-space scores at every position of (B, T) (T = 1 for one search step).
+
+    log p(w) = logaddexp(gen_shift + gen[w], copy_shift + logsumexp_{j: x_j = w} copy[j]); shifts
+    hold the mixture weights (and CopyNet's shared normaliser), so the (B, T, V) ``gen`` is never
+    rewritten for them. A softmax over V is given normalised (``torch.log_softmax``): it keeps full
+    precision for large logits, which a float32 logsumexp subtracted afterwards would not.
+    """
+
+    gen: torch.Tensor  # (B, T, V) generate-mode scores, NEG where a word cannot be generated
+    gen_shift: torch.Tensor | None = None  # (B, T, 1); None: 0 (gen is already log p)
+    copy: torch.Tensor | None = None  # (B, T, S) copy scores per source position, NEG at padding
+    copy_shift: torch.Tensor | None = None  # (B, T, 1)
+    parts: dict = field(default_factory=dict)  # the mechanism's own (B, T, ...) quantities
+
+    def gen_log_probs(self) -> torch.Tensor:
+        return self.gen if self.gen_shift is None else self.gen + self.gen_shift  # (B, T, V)
+
+    def copy_log_probs(self) -> torch.Tensor | None:
+        return None if self.copy is None else self.copy + self.copy_shift  # (B, T, S)
+
+
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """bf16/fp16 (autocast) -> float32; float32 and float64 unchanged. Output-layer scores go through
+    it: logsumexp and scatter of a normaliser must not be quantised to bf16."""
+    return x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+
+
+def gather_last(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[..., index[...]]: (..., N), (...) long -> (...)."""
+    return x.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+
 class OutputLayer(nn.Module):
-    """Plug-in seam. Subclasses return log-probabilities over the extended vocabulary."""
+    """Plug-in seam. Subclasses implement ``score_all`` on (B, T, ...) tensors; one search step is T = 1."""
 
     extra_input_dim: int = 0  # size of an extra decoder input fed with e(y_{t-1}) (0: none)
     can_copy: bool = False  # False: an OOV target is only reachable as <unk> (its gold id becomes UNK)
     shortlist: int | None = None  # generate only ids < shortlist (None: all of V); the rest are copied or <unk>
     static_keys: frozenset[str] = frozenset()  # state keys fixed per source (never change while decoding)
-    # A copying layer keeps "copy_logp" (B, S) in its state updates: log p(copy x_j at step t), the
+    # Decoder-state keys (B, S) that ``score_all`` reads per step, as they were *before* the step's
+    # update (coverage c^t): teacher forcing stacks them to (B, T, S) under the same name.
+    sequence_keys: tuple[str, ...] = ()
+    # A copying layer keeps "copy_logp" (B, S) in its step updates: log p(copy x_j at step t), the
     # copy-mode probabilities the Figure 3-style heat map draws (else the attention is drawn).
 
     def init_state(self, state: State) -> State:
@@ -54,23 +114,76 @@ class OutputLayer(nn.Module):
     def extra_input(self, state: State, prev_ids: torch.Tensor) -> torch.Tensor | None:
         return None
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """s_t (B, H), c_t (B, M), state (with this step's decoder input "x_t" (B, E + extra) and
-        attention "attn" (B, S) when the decoder attends) -> log p over V + X (B, V + X), updates."""
+    def feedback(self, s_t: torch.Tensor, state: State) -> State:
+        """What the next decoder input needs from s_t (B, H) during teacher forcing (CopyNet's copy
+        scores); computed without the vocabulary-wide output layer. Default: nothing."""
+        return {}
+
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
+        """s (B, T, H), c (B, T, M), view: the static state plus "x" (B, T, In), "attn" (B, T, S)
+        when the decoder attends, and the ``sequence_keys`` (B, T, S) -> Scores."""
         raise NotImplementedError
 
+    def distribution(self, scores: Scores, view: State) -> torch.Tensor:
+        """log p over the extended vocabulary V + X, (B, T, V + X), as search ranks it."""
+        return extended_log_probs(scores.gen, scores.gen_shift, scores.copy, scores.copy_shift,
+                                  view.get("src_ext"), view["n_ext"])
+
+    def step_updates(self, scores: Scores) -> State:
+        """State entries a search step keeps from its (T = 1) scores, (B, ...) each."""
+        return {}
+
+    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """One step: s_t (B, H), c_t (B, M), state (with this step's decoder input "x_t" (B, In) and
+        attention "attn" (B, S) when the decoder attends) -> log p over V + X (B, V + X), updates."""
+        view = {**state, "x": state["x_t"].unsqueeze(1)} if "x_t" in state else dict(state)
+        for key in ("attn", *self.sequence_keys):
+            if key in state:
+                view[key] = state[key].unsqueeze(1)  # (B, 1, S)
+        scores = self.score_all(s_t.unsqueeze(1), context.unsqueeze(1), view)
+        return self.distribution(scores, view).squeeze(1), self.step_updates(scores)
+
     def gold_score(self, log_probs: torch.Tensor, state: State, target: torch.Tensor, t: int, batch) -> torch.Tensor:
-        """Per-example training objective of step t (maximised): log p(y_t), (B,)."""
-        return log_probs.gather(1, target.unsqueeze(1)).squeeze(1)
+        """Per-example training objective of step t (maximised) from the step's distribution and
+        state (stepwise teacher forcing): log p(y_t), (B,)."""
+        return gather_last(log_probs, target)
+
+    def step_log_likelihood(self, log_probs: torch.Tensor, state: State, target: torch.Tensor) -> torch.Tensor:
+        """log p(y_t) (B,) from one step's distribution and state (stepwise validation)."""
+        return gather_last(log_probs, target)
+
+    def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
+        """Per-token objective (B, T) from the scores of all steps: ``objective`` True: the training
+        objective (default log p(y_t), CopyNet eq. 10); False: log p(y_t)."""
+        return gold_log_probs(scores.gen, scores.gen_shift, scores.copy, scores.copy_shift,
+                              view["src_ext"], view["src_mask"], target)
+
+    def unemittable_bias(self, size: int, like: torch.Tensor) -> torch.Tensor:
+        """(size,) 0, or NEG for <pad>, <s> and words past the shortlist: added to scores over V, it
+        takes them out of any normaliser. Folded into the output projection's bias (one addmm), it
+        costs no pass over (B, T, V) and nothing in the backward pass."""
+        bias = like.new_zeros(size)
+        bias[PAD] = NEG
+        bias[BOS] = NEG
+        if self.shortlist is not None:
+            bias[self.shortlist :] = NEG
+        return bias
+
+    def project(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
+        """linear(x) with the unemittable words at NEG, in at least float32: (..., In) -> (..., V)."""
+        bias = self.unemittable_bias(linear.out_features, linear.weight)
+        return at_least_fp32(F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias))
 
     def mask_unemittable(self, scores: torch.Tensor) -> torch.Tensor:
-        """<pad> and <s> are never emitted, nor words past the shortlist: their scores leave the normaliser."""
-        scores = scores.clone()
-        scores[:, PAD] = NEG
-        scores[:, BOS] = NEG
-        if self.shortlist is not None:
-            scores[:, self.shortlist :] = NEG
-        return scores
+        """scores (..., V) with <pad>, <s> and words past the shortlist at NEG (see ``unemittable_bias``)."""
+        return scores + self.unemittable_bias(scores.size(-1), scores)
+
+
+def shared_softmax(gen: torch.Tensor, copy: torch.Tensor) -> Scores:
+    """CopyNet eq. 4-6: generate scores (B, T, V) and copy scores (B, T, S) under one normaliser
+    log Z = log(sum_v exp(psi_g(v)) + sum_j exp(psi_c(x_j))), kept as both modes' shift."""
+    log_z = shared_normaliser(gen, copy)  # (B, T, 1)
+    return Scores(gen, -log_z, copy, -log_z)
 
 
 class Seq2Seq(nn.Module):
@@ -100,14 +213,18 @@ class Seq2Seq(nn.Module):
         state.update(self.output.init_state(state))
         return state
 
-    def step(self, state: State, prev_ids: torch.Tensor) -> tuple[torch.Tensor, State]:
-        """prev_ids (B,) extended ids of y_{t-1} -> log p(y_t) (B, V + X), next state."""
+    def decoder_input(self, state: State, prev_ids: torch.Tensor) -> torch.Tensor:
+        """x_t (B, E + extra) from y_{t-1} (B,) extended ids, dropout applied."""
         in_vocab = prev_ids.masked_fill(prev_ids >= self.cfg.tgt_vocab, UNK)
         inputs = [self.output.embed_input(state, prev_ids, self.tgt_emb(in_vocab))]  # (B, E)
         extra = self.output.extra_input(state, prev_ids)
         if extra is not None:
             inputs.append(extra)
-        x_t = self.drop(torch.cat(inputs, dim=-1))  # (B, E + extra)
+        return self.drop(torch.cat(inputs, dim=-1))
+
+    def step(self, state: State, prev_ids: torch.Tensor) -> tuple[torch.Tensor, State]:
+        """prev_ids (B,) extended ids of y_{t-1} -> log p(y_t) (B, V + X), next state."""
+        x_t = self.decoder_input(state, prev_ids)  # (B, E + extra)
         s_t, context, weights, dec_updates = self.decoder(state, x_t)
         view = {**state, "x_t": x_t} if weights is None else {**state, "x_t": x_t, "attn": weights}
         log_probs, out_updates = self.output(self.drop(s_t), context, view)
@@ -131,21 +248,62 @@ class Seq2Seq(nn.Module):
             unreachable = unreachable & ~in_src
         return target.masked_fill(unreachable, UNK)
 
-    def forward(self, batch, objective: bool | None = None) -> torch.Tensor:
+    def teacher_forced(self, state: State, tgt_in: torch.Tensor) -> State:
+        """Phase 1: the decoder recurrence over the gold prefix (B, T), without the output layer.
+
+        Returns the view ``OutputLayer.score_all`` reads: the static state plus "s" (B, T, H) (dropout
+        applied, as the output layer sees it), "context" (B, T, M), "x" (B, T, In), "attn" (B, T, S)
+        when the decoder attends, and the output layer's ``sequence_keys`` (B, T, S).
+        """
+        whole = getattr(self.decoder, "forward_sequence", None)
+        if whole is not None and not self.output.extra_input_dim and not self.output.sequence_keys:
+            # No input feeding and nothing fed back: x_1..x_T are known up front.
+            x = torch.stack([self.decoder_input(state, tgt_in[:, t]) for t in range(tgt_in.size(1))], dim=1)
+            s, context, attn = whole(state, x)  # (B, T, H), (B, T, M), (B, T, S)
+            view = {**state, "s": self.drop(s), "context": context, "x": x}
+            if attn is not None:
+                view["attn"] = attn
+            return view
+        steps: dict[str, list[torch.Tensor]] = {key: [] for key in ("s", "context", "attn", "x", *self.output.sequence_keys)}
+        for t in range(tgt_in.size(1)):
+            for key in self.output.sequence_keys:
+                steps[key].append(state[key])  # before this step's update (e.g. coverage c^t)
+            x_t = self.decoder_input(state, tgt_in[:, t])  # (B, In)
+            s_t, context, weights, dec_updates = self.decoder(state, x_t)
+            s_t = self.drop(s_t)  # the output layer's (and the feedback's) view of s_t
+            state = {**state, **dec_updates}
+            state.update(self.output.feedback(s_t, state))
+            steps["s"].append(s_t)
+            steps["context"].append(context)
+            steps["x"].append(x_t)
+            if weights is not None:
+                steps["attn"].append(weights)
+        return {**state, **{key: torch.stack(seq, dim=1) for key, seq in steps.items() if seq}}
+
+    def forward(self, batch, objective: bool | None = None, stepwise: bool = False) -> torch.Tensor:
         """Teacher forcing: per gold token (B, T), 0 at padding. In training mode the output layer's
-        objective (``gold_score``: log p(y_t | y_<t, X) unless the mechanism says otherwise); in
-        eval mode always log p(y_t | y_<t, X) from ``step``, so validation loss and perplexity mean
-        the same for every mechanism (the model of the best epoch is chosen by it). ``objective``
-        overrides the mode's choice (True: the training objective, e.g. to test it in eval mode)."""
+        objective (log p(y_t | y_<t, X) unless the mechanism says otherwise); in eval mode always
+        log p(y_t | y_<t, X), so validation loss and perplexity mean the same for every mechanism
+        (the best model is chosen by it). ``objective`` overrides the mode's choice (True: the
+        training objective, e.g. to test it in eval mode). ``stepwise``: the one-step-at-a-time
+        computation through ``step`` (the reference the two-phase one is tested against)."""
+        objective = self.training if objective is None else objective
         state = self.encode(batch)
         target = self.training_target(batch)
-        objective = self.training if objective is None else objective
+        if stepwise:
+            gold_lp = self._stepwise_gold(state, batch, target, objective)
+        else:
+            view = self.teacher_forced(state, batch.tgt_in)
+            scores = self.output.score_all(view["s"], view["context"], view)  # phase 2: all steps at once
+            gold_lp = self.output.sequence_gold(scores, view, target, batch, objective)  # (B, T)
+        return gold_lp.masked_fill(target == PAD, 0.0)
+
+    def _stepwise_gold(self, state: State, batch, target: torch.Tensor, objective: bool) -> torch.Tensor:
         gold = []
         for t in range(batch.tgt_in.size(1)):
             log_probs, state = self.step(state, batch.tgt_in[:, t])
             if objective:  # the mechanism's own objective (e.g. Pointer Softmax's joint, coverage)
                 gold.append(self.output.gold_score(log_probs, state, target[:, t], t, batch))
             else:  # evaluation: log p(y_t) itself, so validation loss compares across mechanisms
-                gold.append(OutputLayer.gold_score(self.output, log_probs, state, target[:, t], t, batch))
-        gold_lp = torch.stack(gold, dim=1)  # (B, T)
-        return gold_lp.masked_fill(target == PAD, 0.0)
+                gold.append(self.output.step_log_likelihood(log_probs, state, target[:, t]))
+        return torch.stack(gold, dim=1)  # (B, T)

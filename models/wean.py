@@ -43,19 +43,21 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from models.config import ModelConfig
 from models.decoder import LuongDecoder
 from models.encoder import make_encoder
 from models.param_count import output_layer_parameters, word_generator_parameters
-from models.seq2seq import OutputLayer, Seq2Seq, State
-from pipeline.extended_vocab import NEG, pad_extended
+from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from pipeline.extended_vocab import NEG
 from pipeline.params import dataclass_from_dict
 from pipeline.vocab import PAD, SPECIALS
 
 log = logging.getLogger(__name__)
 
 SCORES = ("dot", "general", "concat")
+CONCAT_CHUNK = 1 << 24  # elements of one (rows, n, E) block of the concat score
 
 
 @dataclass(frozen=True)
@@ -110,20 +112,20 @@ class _QueryOutput(OutputLayer):
         self.w_c = nn.Linear(cfg.hidden + context_dim, query_dim, bias=False)  # eq. 4
 
     def query(self, s_t: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        """q_t = tanh(W_c [s_t; c_t]) (eq. 4): (B, H), (B, 2H) -> (B, Q)."""
+        """q_t = tanh(W_c [s_t; c_t]) (eq. 4): (..., H), (..., 2H) -> (..., Q)."""
         return torch.tanh(self.w_c(torch.cat([s_t, context], dim=-1)))
 
     def candidate_scores(self, q: torch.Tensor) -> torch.Tensor:
-        """(B, Q) -> (B, n) unnormalised scores of the candidate ids 0..n-1."""
+        """(..., Q) -> (..., n) unnormalised scores of the candidate ids 0..n-1."""
         raise NotImplementedError
 
-    def forward(self, s_t: torch.Tensor, context: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         # float32 scores even under CUDA autocast, as CopyNet: the normaliser should not be bf16.
-        scores = self.candidate_scores(self.query(s_t, context)).float()  # (B, n)
+        scores = at_least_fp32(self.candidate_scores(self.query(s, context)))  # (B, T, n)
         if self.n < self.vocab:  # non-candidates: probability 0 (mask_unemittable does it again)
-            scores = torch.cat([scores, scores.new_full((scores.size(0), self.vocab - self.n), NEG)], dim=1)
-        scores = self.mask_unemittable(scores)  # (B, V): <pad>, <s> never emitted
-        return pad_extended(torch.log_softmax(scores, dim=-1), state["n_ext"]), {}  # eq. 6, (B, V + X)
+            scores = torch.cat([scores, scores.new_full((*scores.shape[:-1], self.vocab - self.n), NEG)], dim=-1)
+        scores = self.mask_unemittable(scores)  # (B, T, V): <pad>, <s> never emitted
+        return Scores(torch.log_softmax(scores, dim=-1))  # eq. 6; no copy term
 
 
 class WEANOutput(_QueryOutput):
@@ -142,15 +144,26 @@ class WEANOutput(_QueryOutput):
             self.v = nn.Linear(dim, 1, bias=False)  # v^T
 
     def candidate_scores(self, q: torch.Tensor) -> torch.Tensor:
-        """f(q_t, e_i) of eq. 5 for the n candidates: (B, E) -> (B, n)."""
+        """f(q_t, e_i) of eq. 5 for the n candidates: (..., E) -> (..., n)."""
         keys = self.emb.weight[: self.n]  # (n, E): e_i, the decoder input embeddings
         if self.score == "dot":
             return q @ keys.t()  # q_t^T e_i
         if self.score == "general":
             return (q @ self.w_a.weight) @ keys.t()  # (q_t^T W_a) e_i, W_a applied once per query
-        # concat: materialises (B, n, E); W_e e_i depends on the embeddings only, not on the batch.
-        feats = self.w_q(q).unsqueeze(1) + self.w_e(keys).unsqueeze(0)  # (B, n, E)
-        return self.v(torch.tanh(feats)).squeeze(-1)  # (B, n)
+        # concat: v^T tanh(W_q q + W_e e_i) needs a (rows, n, E) tensor. Rows go in chunks of about
+        # CONCAT_CHUNK elements, each recomputed in the backward pass (activation checkpointing), so
+        # all B x T queries at once never hold a (B, T, n, E) activation.
+        w_e_keys = self.w_e(keys)  # (n, E): depends on the embeddings only, not on the batch
+        queries = self.w_q(q).reshape(-1, q.size(-1))  # (N, E)
+        rows = max(1, CONCAT_CHUNK // w_e_keys.numel())
+        chunks = [checkpoint(self._concat_chunk, queries[i : i + rows], w_e_keys, use_reentrant=False)
+                  if torch.is_grad_enabled() else self._concat_chunk(queries[i : i + rows], w_e_keys)
+                  for i in range(0, queries.size(0), rows)]
+        return torch.cat(chunks).view(*q.shape[:-1], -1)  # (..., n)
+
+    def _concat_chunk(self, queries: torch.Tensor, w_e_keys: torch.Tensor) -> torch.Tensor:
+        """(rows, E), (n, E) -> (rows, n): v^T tanh(W_q q + W_e e_i)."""
+        return self.v(torch.tanh(queries.unsqueeze(1) + w_e_keys)).squeeze(-1)
 
 
 class LuongOutput(_QueryOutput):
@@ -161,7 +174,7 @@ class LuongOutput(_QueryOutput):
         self.w = nn.Linear(cfg.hidden, self.n, bias=False)  # W: H x n (eq. 3; n = V by default)
 
     def candidate_scores(self, q: torch.Tensor) -> torch.Tensor:
-        return self.w(q)  # (B, n)
+        return self.w(q)  # (..., n)
 
 
 def _luong_skeleton(cfg: ModelConfig, layers: int) -> tuple[nn.Module, LuongDecoder, nn.Embedding]:

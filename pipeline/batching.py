@@ -4,9 +4,9 @@ The shard table stays in Arrow (memory-mapped); only the rows of one batch becom
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pyarrow as pa
 import torch
 
@@ -35,17 +35,22 @@ class Batch:
     def size(self) -> int:
         return self.src.size(0)
 
-    def to(self, device: torch.device | str) -> "Batch":
-        return replace(
-            self,
-            src=self.src.to(device),
-            src_len=self.src_len.to(device),
-            src_ext=self.src_ext.to(device),
-            tgt_in=self.tgt_in.to(device),
-            tgt_out=self.tgt_out.to(device),
-            tgt_pointer=None if self.tgt_pointer is None else self.tgt_pointer.to(device),
-            tgt_switch=None if self.tgt_switch is None else self.tgt_switch.to(device),
-        )
+    TENSORS = ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch")
+
+    def _map(self, fn) -> "Batch":
+        return replace(self, **{k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in self.TENSORS})
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies (DataLoader ``pin_memory=True`` calls this), for asynchronous copies to CUDA."""
+        return self._map(lambda t: t.pin_memory())
+
+    @property
+    def n_tokens(self) -> int:
+        """Target tokens, </s> included, padding excluded."""
+        return int((self.tgt_out != PAD).sum())
 
 
 def _pad(rows: list[list[int]], value: int = PAD) -> torch.Tensor:
@@ -114,25 +119,52 @@ def batch_from_rows(table: pa.Table, rows: list[int], src_vocab: Vocab, tgt_voca
                    switches=part.column("tgt_switch").to_pylist() if annotated else None)
 
 
-def length_bucketed_batches(lengths: list[int], batch_size: int, shuffle: bool, seed: int) -> list[list[int]]:
-    """Row indices grouped into batches of similar length (less padding); shuffled by seed."""
-    order = list(range(len(lengths)))
-    rng = random.Random(seed)
+def token_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_size: int, max_tokens: int | None = None,
+                  shuffle: bool = False, seed: int = 0, bucket: int = 50) -> list[np.ndarray]:
+    """Row indices grouped into batches of similar length (less padding), as fairseq's batches.
+
+    Rows are shuffled (by ``seed``), cut into blocks of ``bucket`` x ``batch_size`` rows, each block
+    sorted by source + target length and cut greedily: a batch ends before it would exceed
+    ``batch_size`` rows or ``max_tokens`` padded positions, rows x (longest source + longest target)
+    (fairseq's ``--max-tokens``; a single row over the budget is a batch of its own). The batch order
+    is shuffled again. Everything is a function of ``seed``, so a resumed run sees the same batches.
+    """
+    n = len(src_len)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    total = src_len + tgt_len
+    block = batch_size * bucket
+    batches: list[np.ndarray] = []
+    for start in range(0, n, block):
+        rows = order[start : start + block]
+        rows = rows[np.argsort(total[rows], kind="stable")]
+        batches += _cut(rows, src_len[rows], tgt_len[rows], batch_size, max_tokens)
     if shuffle:
-        rng.shuffle(order)
-    chunk = batch_size * 50
-    batches = []
-    for start in range(0, len(order), chunk):
-        block = sorted(order[start : start + chunk], key=lambda i: lengths[i])
-        batches += [block[i : i + batch_size] for i in range(0, len(block), batch_size)]
-    if shuffle:
-        rng.shuffle(batches)
+        batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
 
 
-def row_lengths(table: pa.Table) -> list[int]:
-    """Source + target length per row, computed in Arrow (no Python loop over tokens)."""
+def _cut(rows: np.ndarray, src: np.ndarray, tgt: np.ndarray, batch_size: int, max_tokens: int | None) -> list[np.ndarray]:
+    """Greedy cut of length-sorted rows under the row and padded-token budgets."""
+    if max_tokens is None:
+        return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    out, start, longest_src, longest_tgt = [], 0, 0, 0
+    # A loop over the rows of one block (Python ints): O(rows) per epoch, a few seconds for 4M rows.
+    for i, (s, t) in enumerate(zip(src.tolist(), tgt.tolist())):
+        longest_src, longest_tgt = max(longest_src, s), max(longest_tgt, t)
+        count = i - start + 1
+        if count > 1 and (count > batch_size or count * (longest_src + longest_tgt) > max_tokens):
+            out.append(rows[start:i])
+            start, longest_src, longest_tgt = i, s, t
+    out.append(rows[start:])
+    return out
+
+
+def row_lengths(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(source length, target length) per row, computed in Arrow (no Python loop over tokens)."""
     import pyarrow.compute as pc
 
-    total = pc.add(pc.list_value_length(table.column("src")), pc.list_value_length(table.column("tgt")))
-    return total.to_pylist()
+    def length(column: str) -> np.ndarray:
+        return np.asarray(pc.list_value_length(table.column(column)).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    return length("src"), length("tgt")

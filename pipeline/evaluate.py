@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from models import build_model
 from models.config import ModelConfig
-from pipeline.batching import batch_from_rows, length_bucketed_batches, row_lengths
+from pipeline.batching import batch_from_rows, row_lengths, token_batches
 from pipeline.extended_vocab import ext_ids_to_tokens
 from pipeline.metrics import exact_match_by_group, text_metrics
 from pipeline.params import dataclass_from_dict
@@ -67,8 +67,9 @@ def decode_table(model, table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, cfg
     """Beam-search every row; returns prediction records in the table's row order."""
     extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
     records: list[dict | None] = [None] * table.num_rows
-    batches = length_bucketed_batches(row_lengths(table), cfg.batch_size, shuffle=False, seed=0)
+    batches = token_batches(*row_lengths(table), cfg.batch_size)
     for rows in tqdm(batches, desc=desc, unit="batch", disable=None, leave=False):
+        rows = rows.tolist()
         batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, extra_cols, cfg.max_src_len).to(device)
         nbest = beam_search(model, batch, cfg.beam_size, cfg.max_len, cfg.min_len, cfg.length_penalty,
                             cfg.block_ngram)

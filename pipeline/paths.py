@@ -23,6 +23,10 @@ class TaskPaths:
     def vocab(self) -> Path:
         return self.root / "data" / "vocab" / self.task
 
+    def encoded(self, split: str) -> Path:
+        """The id-encoded split the vocab stage writes for training (pipeline.encoded)."""
+        return self.vocab / "ids" / split
+
     def checkpoints(self, mechanism: str) -> Path:
         return self.root / "data" / "checkpoints" / self.task / mechanism
 

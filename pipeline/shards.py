@@ -200,6 +200,18 @@ class ShardWriter:
             del self._buffer[: self.rows_per_part]
             self._write_part(chunk)
 
+    def write_table(self, table: pa.Table) -> None:
+        """Write an Arrow table with the writer's schema (after any buffered rows), as parts of at
+        most ``rows_per_part`` rows; no Python rows are built."""
+        self._check_open()
+        if not table.schema.equals(self.schema):
+            raise ValueError(f"table schema {table.schema} does not match the writer's {self.schema}")
+        if self._buffer:
+            chunk, self._buffer = self._buffer, []
+            self._write_part(chunk)
+        for start in range(0, table.num_rows, self.rows_per_part):
+            self._write_arrow(table.slice(start, self.rows_per_part))
+
     def quarantine(self, record: dict, reason: str) -> None:
         """Set aside a bad raw record, with the reason, in ``quarantine.jsonl``."""
         self._check_open()
@@ -264,11 +276,13 @@ class ShardWriter:
             raise RuntimeError(f"ShardWriter for {self.out_dir} is already closed or aborted")
 
     def _write_part(self, rows: list[dict]) -> None:
+        self._write_arrow(pa.Table.from_pylist(rows, schema=self.schema))
+
+    def _write_arrow(self, table: pa.Table) -> None:
         """Write one part under a temporary name, then rename it into place."""
         name = _part_name(len(self._parts))
         final = self._tmp_dir / name
         partial = self._tmp_dir / f".{name}.partial"
-        table = pa.Table.from_pylist(rows, schema=self.schema)
         try:
             with pa.OSFile(str(partial), "wb") as sink:
                 with pa.ipc.new_file(sink, self.schema) as writer:

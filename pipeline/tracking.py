@@ -186,6 +186,24 @@ def parent_run(experiment: str, task: str, key_params: dict, manifests: dict[str
     return winner
 
 
+def run_metric_logger(run_id: str):
+    """``log(metrics, step)`` into an existing run by its id, from any process (a torchrun rank)."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient(tracking_uri())
+
+    def log(metrics: dict, step: int) -> None:
+        import time
+
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(metric_name(k), float(v), now, step)
+                                          for k, v in flatten(metrics).items()
+                                          if isinstance(v, (int, float)) and not isinstance(v, bool)])
+
+    return log
+
+
 class RunLogger:
     """A thin handle on one MLflow run (created, or reopened from its id).
 

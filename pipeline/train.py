@@ -1,43 +1,59 @@
-"""Training loop: Adam, gradient clipping, validation each epoch, atomic resumable checkpoints.
+"""Training loop: token-budget batches from id-encoded splits, Adam or SGD, gradient clipping,
+warm-up and decay, validation and early stopping, atomic step checkpoints that resume exactly,
+data parallelism across processes (DDP), and a guard against non-finite losses.
 
-No Prefect or MLflow in here: the flow passes ``on_epoch`` to log wherever it likes.
+No Prefect or MLflow in here: callers pass ``on_step`` / ``on_validate`` to log wherever they like.
 
-Checkpoint directory layout:
-  last.pt     model + optimizer + RNG states + epoch + fingerprint (resume after interruption)
-  model.pt    weights of the best epoch by validation loss, with the model config (for evaluation)
-  history.json one row per epoch (the learning curve)
-Resuming happens only when last.pt is unfinished (an interrupted run) and carries the same
-fingerprint (model, training and data settings); anything else starts afresh, so neither a params
-change nor a rerun of a finished training (e.g. after a code change) continues a stale run. The
-fingerprint does not cover the code: after changing the code under an *interrupted* run, delete
-its last.pt to start afresh.
+Checkpoint directory layout (rank 0 writes; every file is written to a temp name and renamed):
+  last.pt      model, optimizer, schedule, early-stopping state and the position in the epoch
+               (epoch, batches done, optimizer steps): written every ``checkpoint_every`` steps,
+               every ``checkpoint_minutes`` minutes, at each validation and at the end of an epoch
+  model.pt     weights of the best validation so far, with the model config (for evaluation)
+  history.json one row per validation (the learning curve)
+
+Resuming happens only when last.pt is unfinished and carries the same fingerprint (model, training
+and data settings); anything else starts afresh, so neither a params change nor a rerun of a finished
+training (e.g. after a code change) continues a stale run. The fingerprint does not cover the code:
+after changing the code under an *interrupted* run, delete its last.pt to start afresh.
+
+Exact resumption: the batches of an epoch are a function of (seed, epoch) and the dropout noise of a
+step is seeded from (seed, step, rank), so no random-number state has to be saved, and a run resumed
+from any checkpoint ends with the weights of an uninterrupted one.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from pipeline.batching import batch_from_rows, length_bucketed_batches, row_lengths
+from pipeline.batching import token_batches
+from pipeline.distributed import DistContext, all_reduce_sum, shard_batches
+from pipeline.encoded import EncodedSplit
 from pipeline.params import dataclass_from_dict
+from pipeline.schedule import EarlyStopping, LRSchedule
 from pipeline.shards import atomic_path, write_json_atomic
 from pipeline.vocab import PAD, Vocab
+
+AMP_MODES = ("auto", "bf16", "off")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 10
-    batch_size: int = 64
+    batch_size: int = 64  # sentences per batch (per process)
+    max_tokens: int | None = None  # padded source + target positions per batch (fairseq --max-tokens)
     lr: float = 1e-3
     clip: float = 5.0  # max gradient L2 norm
     seed: int = 1234
@@ -46,33 +62,77 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads (0: torch's default)
     optimizer: str = "adam"  # adam | sgd (Read-Again 4.1: SGD, lr 2, halved after epoch 5)
     lr_halve_after: int | None = None  # halve the learning rate after every epoch >= this one
+    warmup_steps: int = 0  # linear warm-up over the first N optimizer steps
+    lr_decay: str = "none"  # none | inverse_sqrt | plateau
+    plateau_factor: float = 0.5  # plateau decay: lr x this after plateau_patience bad validations
+    plateau_patience: int = 1
+    min_lr: float = 0.0
+    patience: int | None = None  # early stopping: validations without improvement (null: never)
+    min_delta: float = 0.0  # an improvement must lower the validation loss by more than this
+    validate_every: int | None = None  # optimizer steps between validations (null: at each epoch's end)
+    checkpoint_every: int | None = None  # optimizer steps between checkpoints (besides validations)
+    checkpoint_minutes: float | None = None  # minutes between checkpoints
+    log_every: int = 50  # optimizer steps between on_step reports (train loss, lr, tokens/s)
+    amp: str = "auto"  # auto: bf16 autocast on CUDA only | bf16: also on the CPU | off
+    workers: int = 0  # DataLoader worker processes building batches (0: in the training process)
+    nproc: int = 1  # processes per machine (torchrun; one per GPU)
+    nnodes: int = 1  # machines
+    rdzv_endpoint: str | None = None  # host:port of torchrun's rendezvous when nnodes > 1
     max_train_examples: int | None = None  # the first N training rows only (cpu presets)
     max_valid_examples: int | None = None  # the first N validation rows only
 
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"train.amp must be one of {AMP_MODES}, got {self.amp!r}")
+        for name in ("batch_size", "nproc", "nnodes", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"train.{name} must be positive or null, got {value}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         return dataclass_from_dict(cls, d)
 
+    def schedule(self) -> LRSchedule:
+        return LRSchedule(self.lr, self.warmup_steps, self.lr_decay, self.lr_halve_after, self.plateau_factor,
+                          self.plateau_patience, self.min_lr)
 
-def resolve_device(name: str) -> torch.device:
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss or gradient; nothing of that step was saved."""
+
+
+def resolve_device(name: str, ctx: DistContext = DistContext()) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and ctx.enabled:
+        return torch.device("cuda", ctx.local_rank)
     return torch.device(name)
 
 
-def autocast(device: torch.device):
-    """bf16 autocast on CUDA (AMP); a no-op context on the CPU. bf16 keeps float32's range, so
-    the finite NEG mask value stays finite (fp16 would turn it into -inf)."""
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+def autocast(device: torch.device, amp: str = "auto"):
+    """bf16 autocast (AMP) on CUDA with ``auto``, on any device with ``bf16``; ``off``: none. bf16 keeps
+    float32's range, so the finite NEG mask value stays finite (fp16 would turn it into -inf); the
+    output layers score in float32 (models.seq2seq.at_least_fp32)."""
+    enabled = amp == "bf16" or (amp == "auto" and device.type == "cuda")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def seed_everything(seed: int) -> None:
+    import random
+
     random.seed(seed)
     torch.manual_seed(seed)
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The random seed of one optimizer step on one rank (dropout, noisy switches)."""
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
@@ -93,120 +153,237 @@ def fingerprint(*parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def first_rows(table: pa.Table, n: int | None) -> pa.Table:
-    return table if n is None or n >= table.num_rows else table.slice(0, n)
-
-
-def epoch_lr(cfg: TrainConfig, epoch: int) -> float:
-    """cfg.lr, halved once for every finished epoch from ``lr_halve_after`` on (Read-Again 4.1:
-    "halved after epoch 5": epochs 1-5 at lr, epoch 6 at lr/2, epoch 7 at lr/4, ...)."""
-    if cfg.lr_halve_after is None or epoch <= cfg.lr_halve_after:
-        return cfg.lr
-    return cfg.lr * 0.5 ** (epoch - cfg.lr_halve_after)
-
-
 def nll_loss(model, batch) -> tuple[torch.Tensor, int]:
     """Mean loss per target token: in training mode the mechanism's objective (CopyNet eq. 10's
     negative log-likelihood unless the mechanism trains another, see Seq2Seq.forward), in eval mode
     the negative log-likelihood for every mechanism (validation loss)."""
     gold = model(batch)  # (B, T)
-    n_tokens = int((batch.tgt_out != PAD).sum())
+    n_tokens = batch.n_tokens
     return -gold.sum() / max(n_tokens, 1), n_tokens
 
 
+class BatchDataset(Dataset):
+    """Item i of an epoch: the Batch of the i-th row-index array (built in a DataLoader worker when
+    ``train.workers`` > 0). Holds the split's paths only; the worker memory-maps the data."""
+
+    def __init__(self, split: EncodedSplit, batches: list[np.ndarray], source_vocab: Vocab | None):
+        self.split, self.batches, self.source_vocab = split, batches, source_vocab
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int):
+        return self.split.batch(self.batches[i], self.source_vocab)
+
+
+def batch_loader(split: EncodedSplit, batches: list[np.ndarray], cfg: TrainConfig, device: torch.device,
+                 source_vocab: Vocab | None) -> DataLoader:
+    return DataLoader(BatchDataset(split, batches, source_vocab), batch_size=None, shuffle=False,
+                      num_workers=cfg.workers, pin_memory=device.type == "cuda",
+                      persistent_workers=False, prefetch_factor=4 if cfg.workers else None)
+
+
+def first_rows(table: pa.Table, n: int | None) -> pa.Table:
+    """The first ``n`` rows of a table (all when None)."""
+    return table if n is None or n >= table.num_rows else table.slice(0, n)
+
+
+def row_range(split: EncodedSplit, limit: int | None) -> np.ndarray:
+    """Indices of the split's first ``limit`` rows (all when None)."""
+    return np.arange(len(split) if limit is None else min(limit, len(split)))
+
+
+def epoch_batches(lengths: tuple[np.ndarray, np.ndarray], rows: np.ndarray, cfg: TrainConfig, shuffle: bool,
+                  seed: int) -> list[np.ndarray]:
+    """Row-index arrays of one pass over ``rows`` (token-budget batches, see batching.token_batches)."""
+    src_len, tgt_len = lengths
+    return [rows[b] for b in token_batches(src_len[rows], tgt_len[rows], cfg.batch_size, cfg.max_tokens,
+                                           shuffle=shuffle, seed=seed)]
+
+
 @torch.no_grad()
-def evaluate_loss(model, table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, cfg: TrainConfig,
-                  device: torch.device) -> dict:
+def evaluate_loss(model, split: EncodedSplit, cfg: TrainConfig, device: torch.device,
+                  ctx: DistContext = DistContext(), source_vocab: Vocab | None = None) -> dict:
+    """Validation loss and perplexity: log p(y) per target token over the split's first
+    ``max_valid_examples`` rows, shared out over the ranks and summed."""
     model.eval()
-    total, tokens = 0.0, 0
-    for rows in length_bucketed_batches(row_lengths(table), cfg.batch_size, shuffle=False, seed=0):
-        batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, max_src_len=cfg.max_src_len).to(device)
-        with autocast(device):
-            loss, n = nll_loss(model, batch)
-        total += loss.item() * n
-        tokens += n
+    rows = row_range(split, cfg.max_valid_examples)
+    batches = epoch_batches(split.lengths(), rows, cfg, shuffle=False, seed=0)
+    totals = torch.zeros(2, dtype=torch.float64, device=device)  # (-sum log p, tokens)
+    for rows_b in batches[ctx.rank :: ctx.world]:
+        batch = split.batch(rows_b, source_vocab).to(device)
+        with autocast(device, cfg.amp):
+            gold = model(batch)
+        totals += torch.stack([-gold.double().sum(), torch.tensor(float(batch.n_tokens), device=device, dtype=torch.float64)])
+    total, tokens = all_reduce_sum(totals, ctx).tolist()
     mean = total / max(tokens, 1)
     return {"valid_loss": mean, "valid_ppl": math.exp(min(mean, 50.0))}
 
 
+@dataclass
+class Progress:
+    """Where a run stands; saved in last.pt."""
+
+    epoch: int = 1  # the epoch in progress (1-based)
+    batch: int = 0  # this rank's batches of the epoch already trained on
+    step: int = 0  # optimizer steps done
+    loss_sum: float = 0.0  # objective summed over target tokens since the last validation (all ranks)
+    tokens: int = 0  # target tokens since the last validation (all ranks)
+    best: float = math.inf  # best validation loss (model.pt)
+    completed: bool = False
+    history: list[dict] = field(default_factory=list)
+
+
 def train(
     model: torch.nn.Module,
-    train_table: pa.Table,
-    valid_table: pa.Table,
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
+    train_split: EncodedSplit,
+    valid_split: EncodedSplit,
     cfg: TrainConfig,
     ckpt_dir: Path,
     model_config: dict,
     data_hash: str = "",
-    on_epoch: Callable[[dict], None] | None = None,
+    on_validate: Callable[[dict], None] | None = None,
+    on_step: Callable[[dict], None] | None = None,
     progress: bool | None = None,
+    ctx: DistContext = DistContext(),
+    source_vocab: Vocab | None = None,
 ) -> list[dict]:
-    """Train, validating each epoch; returns the learning curve (one dict per epoch)."""
+    """Train; returns the learning curve (one dict per validation). ``source_vocab``: pass it for a
+    model that reads source words (Read-Again's sentence ends)."""
     ckpt_dir = Path(ckpt_dir)
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, ctx)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    seed_everything(cfg.seed)
     model.to(device)
-    optim_cls = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.SGD
-    optimizer = optim_cls(model.parameters(), lr=cfg.lr)
-    train_table, valid_table = first_rows(train_table, cfg.max_train_examples), first_rows(valid_table, cfg.max_valid_examples)
+    net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
+        if ctx.enabled else model
+    optimizer = _optimizer(cfg, model, device)
+    schedule, stopper, prog = cfg.schedule(), EarlyStopping(cfg.patience, cfg.min_delta), Progress()
     fp = fingerprint(asdict(cfg), model_config, {"data": data_hash})
-    history: list[dict] = []
-    start_epoch, best = 1, float("inf")
 
     last = ckpt_dir / "last.pt"
     if last.exists():
-        ckpt = torch.load(last, map_location=device, weights_only=False)
-        if ckpt.get("fingerprint") == fp and ckpt["epoch"] < cfg.epochs:
+        ckpt = torch.load(last, map_location=device, weights_only=True)
+        if ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]:
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
-            random.setstate(ckpt["python_rng"])
-            torch.set_rng_state(ckpt["torch_rng"])
-            if device.type == "cuda" and ckpt.get("cuda_rng") is not None:
-                torch.cuda.set_rng_state_all(ckpt["cuda_rng"])
-            history, best, start_epoch = ckpt["history"], ckpt["best"], ckpt["epoch"] + 1
-            print(f"resuming from {last} at epoch {start_epoch}", file=sys.stderr)
+            schedule.load_state_dict(ckpt["schedule"])
+            stopper.load_state_dict(ckpt["early_stopping"])
+            prog = Progress(**ckpt["progress"])
+            if ctx.is_main:
+                print(f"resuming from {last} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}",
+                      file=sys.stderr)
 
-    lengths = row_lengths(train_table)
-    for epoch in range(start_epoch, cfg.epochs + 1):
+    def checkpoint() -> None:
+        if ctx.is_main:
+            save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "schedule": schedule.state_dict(), "early_stopping": stopper.state_dict(),
+                         "progress": asdict(prog), "fingerprint": fp}, last)
+
+    def validate(seconds: float) -> None:
+        row = {"step": prog.step, "epoch": prog.epoch, "train_loss": prog.loss_sum / max(prog.tokens, 1),
+               "lr": optimizer.param_groups[0]["lr"], "tokens_per_s": prog.tokens / max(seconds, 1e-9),
+               "processes": ctx.world}
+        row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
+        if not math.isfinite(row["valid_loss"]):
+            raise NonFiniteLoss(f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
+                                f"nothing of this run was saved after step {prog.step}")
         model.train()
-        for group in optimizer.param_groups:  # a function of the epoch, so a resumed run agrees
-            group["lr"] = epoch_lr(cfg, epoch)
-        batches = length_bucketed_batches(lengths, cfg.batch_size, shuffle=True, seed=cfg.seed + epoch)
-        t0, seen_tokens, loss_sum = time.perf_counter(), 0, 0.0
-        bar = tqdm(batches, desc=f"epoch {epoch}/{cfg.epochs}", unit="batch", disable=None if progress is None else not progress, mininterval=1.0, leave=False)
-        for rows in bar:
-            batch = batch_from_rows(train_table, rows, src_vocab, tgt_vocab, max_src_len=cfg.max_src_len).to(device)
-            with autocast(device):
-                loss, n = nll_loss(model, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            optimizer.step()
-            seen_tokens += n
-            loss_sum += loss.item() * n
-            elapsed = time.perf_counter() - t0
-            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{seen_tokens / max(elapsed, 1e-9):.0f}")
-        elapsed = time.perf_counter() - t0
-        row = {"epoch": epoch, "train_loss": loss_sum / max(seen_tokens, 1),
-               "tokens_per_s": seen_tokens / max(elapsed, 1e-9), "epoch_seconds": elapsed}
-        row.update(evaluate_loss(model, valid_table, src_vocab, tgt_vocab, cfg, device))
-        history.append(row)
-        if row["valid_loss"] < best:
-            best = row["valid_loss"]
-            save_atomic({"model": model.state_dict(), "model_config": model_config, "epoch": epoch,
-                         "valid_loss": best}, ckpt_dir / "model.pt")
-        save_atomic({
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-            "history": history, "best": best, "fingerprint": fp,
-            "python_rng": random.getstate(), "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-        }, last)
-        write_json_atomic(ckpt_dir / "history.json", history)
-        print(f"epoch {epoch}: train_loss {row['train_loss']:.4f} valid_loss {row['valid_loss']:.4f} "
-              f"({row['tokens_per_s']:.0f} tok/s, {elapsed:.1f}s)", file=sys.stderr)
-        if on_epoch is not None:
-            on_epoch(row)
-    return history
+        prog.history.append(row)
+        prog.loss_sum, prog.tokens = 0.0, 0
+        if row["valid_loss"] < prog.best:
+            prog.best = row["valid_loss"]
+            if ctx.is_main:
+                save_atomic({"model": model.state_dict(), "model_config": model_config, "step": prog.step,
+                             "epoch": prog.epoch, "valid_loss": prog.best}, ckpt_dir / "model.pt")
+        schedule.observe(row["valid_loss"])
+        stopper.observe(row["valid_loss"])
+        if ctx.is_main:
+            write_json_atomic(ckpt_dir / "history.json", prog.history)
+            print(f"step {prog.step} (epoch {prog.epoch}): train_loss {row['train_loss']:.4f} valid_loss "
+                  f"{row['valid_loss']:.4f} lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)", file=sys.stderr)
+            if on_validate is not None:
+                on_validate(row)
+
+    rows = row_range(train_split, cfg.max_train_examples)
+    lengths = train_split.lengths()
+    model.train()
+    clock = last_ckpt = time.perf_counter()
+    while prog.epoch <= cfg.epochs and not stopper.should_stop:
+        batches = shard_batches(epoch_batches(lengths, rows, cfg, shuffle=True, seed=cfg.seed + prog.epoch), ctx)
+        loader = batch_loader(train_split, batches[prog.batch :], cfg, device, source_vocab)
+        bar = tqdm(loader, desc=f"epoch {prog.epoch}/{cfg.epochs}", unit="batch", initial=prog.batch,
+                   total=len(batches), disable=(not ctx.is_main) if progress is None else not progress,
+                   mininterval=1.0, leave=False)
+        for batch in bar:
+            batch = batch.to(device, non_blocking=True)
+            loss_value = _train_step(net, model, optimizer, schedule, batch, cfg, device, ctx, prog)
+            prog.batch += 1
+            if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
+                on_step({"step": prog.step, "epoch": prog.epoch, "loss": loss_value,
+                         "lr": optimizer.param_groups[0]["lr"]})
+            if cfg.validate_every and prog.step % cfg.validate_every == 0:
+                validate(time.perf_counter() - clock)
+                clock = time.perf_counter()
+                checkpoint()
+                last_ckpt = time.perf_counter()
+                if stopper.should_stop:
+                    break
+            elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or \
+                    (cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes):
+                checkpoint()
+                last_ckpt = time.perf_counter()
+        if stopper.should_stop:
+            break
+        if not cfg.validate_every:  # validate at each epoch's end
+            validate(time.perf_counter() - clock)
+            clock = time.perf_counter()
+        prog.epoch, prog.batch = prog.epoch + 1, 0
+        if prog.epoch <= cfg.epochs and not stopper.should_stop:
+            checkpoint()
+            last_ckpt = time.perf_counter()
+    if prog.tokens and not stopper.should_stop:  # steps since the last validation (validate_every)
+        validate(time.perf_counter() - clock)
+    prog.completed = True
+    checkpoint()
+    return prog.history
+
+
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    # Fused Adam (one kernel over all parameters, CPU and CUDA) instead of the per-tensor loop.
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type in ("cpu", "cuda"))
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr)
+
+
+def _train_step(net, model, optimizer, schedule: LRSchedule, batch, cfg: TrainConfig, device: torch.device,
+                ctx: DistContext, prog: Progress) -> float:
+    """One optimizer step on this rank's batch; returns the step's mean loss over all ranks' tokens."""
+    step = prog.step + 1
+    lr = schedule.at(step, prog.epoch)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    torch.manual_seed(step_seed(cfg.seed, step, ctx.rank))  # dropout noise: a function of the step
+    tokens = all_reduce_sum(torch.tensor([float(batch.n_tokens)], device=device), ctx)  # all ranks' tokens
+    with autocast(device, cfg.amp):
+        gold = net(batch)  # (B, T) per-token objective, 0 at padding
+    total = -gold.sum()
+    # DDP averages gradients over ranks: scaling by world / all tokens makes the average the gradient
+    # of the mean over every rank's tokens, as one process on the combined batch.
+    loss = total * ctx.world / tokens[0]
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+    summed = all_reduce_sum(total.detach().reshape(1).double(), ctx)
+    value = float(summed[0]) / float(tokens[0])
+    if not (math.isfinite(value) and math.isfinite(float(grad_norm))):
+        raise NonFiniteLoss(
+            f"non-finite training loss {value} (gradient norm {float(grad_norm)}) at step {step} (epoch "
+            f"{prog.epoch}, batch {prog.batch + 1} of the epoch on rank {ctx.rank}); rows {batch.ids[:20]}"
+            f"{' ...' if len(batch.ids) > 20 else ''}. The step was not applied and no checkpoint was written "
+            f"after step {prog.step}. Lower train.lr, add warm-up (train.warmup_steps) or check these rows.")
+    optimizer.step()
+    prog.step = step
+    prog.loss_sum += value * float(tokens[0])
+    prog.tokens += int(tokens[0])  # every rank's tokens: train_loss and tokens/s cover the whole job
+    return value

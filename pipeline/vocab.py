@@ -20,6 +20,7 @@ from typing import Iterable
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.ipc
 
 from pipeline.shards import write_text_atomic
 
@@ -113,17 +114,37 @@ class Vocab:
         return cls(itos, counts)
 
 
-def count_tokens(table: pa.Table, column: str) -> dict[str, int]:
-    """Token frequencies of a list<string> (or nested list) column, via polars explode/group."""
+def _count_frame(table: pa.Table, column: str) -> pl.DataFrame:
+    """(token, count) of a list<string> (or nested list) column, via polars explode/group."""
     if column not in table.column_names:
         raise KeyError(f"column {column!r} not in table (has {table.column_names})")
     series = pl.from_arrow(table.select([column])).get_column(column)
     while isinstance(series.dtype, pl.List):
         series = series.explode()
-    counted = (
-        series.drop_nulls().to_frame("token").group_by("token").len(name="count")
-    )
+    return series.drop_nulls().to_frame("token").group_by("token").len(name="count").cast({"count": pl.Int64})
+
+
+def _as_dict(counted: pl.DataFrame) -> dict[str, int]:
     return dict(zip(counted.get_column("token").to_list(), counted.get_column("count").to_list()))
+
+
+def count_tokens(table: pa.Table, column: str) -> dict[str, int]:
+    """Token frequencies of a list<string> (or nested list) column."""
+    return _as_dict(_count_frame(table, column))
+
+
+def count_split_tokens(split_dir: str | Path, column: str) -> dict[str, int]:
+    """Token frequencies of a shard split's column, one memory-mapped part at a time (memory stays
+    flat in the corpus size: only the counts of distinct tokens are held)."""
+    from pipeline.shards import read_manifest
+
+    split_dir = Path(split_dir)
+    total = pl.DataFrame(schema={"token": pl.String, "count": pl.Int64})
+    for part in read_manifest(split_dir)["parts"]:
+        with pa.memory_map(str(split_dir / part["file"]), "r") as source:
+            counts = _count_frame(pa.ipc.open_file(source).read_all(), column)
+        total = pl.concat([total, counts]).group_by("token").agg(pl.col("count").sum())
+    return _as_dict(total)
 
 
 def build_vocab(

@@ -94,3 +94,27 @@ def assert_gradients_reach_every_parameter(model, zero_pad_rows: tuple[str, ...]
         assert p.grad.abs().max().item() > 0, name
     for emb in zero_pad_rows:
         assert getattr(model, emb).weight.grad[PAD].abs().max().item() == 0.0, emb
+
+
+def encoded_task(root: Path, splits: dict[str, list[dict]], src_vocab=None, tgt_vocab=None, schema=None):
+    """Shards of ``splits`` (split -> shard rows) under ``root/shards``, vocabularies from the train
+    split (unless given), and the train/valid splits id-encoded as the vocab stage writes them.
+    Returns ``(encoded splits by name, src_vocab, tgt_vocab)``."""
+    import pyarrow as pa
+
+    from pipeline.encoded import EncodedSplit, write_encoded_split
+    from pipeline.shards import ShardWriter
+    from pipeline.vocab import build_vocab, count_tokens
+
+    for split, rows in splits.items():
+        table = pa.Table.from_pylist(rows, schema=schema)
+        with ShardWriter(root / "shards" / split, table.schema, rows_per_part=max(1, len(rows) // 2 or 1)) as writer:
+            writer.write_table(table)
+    train = pa.Table.from_pylist(splits["train"], schema=schema)
+    src_vocab = src_vocab or build_vocab(count_tokens(train, "src"))
+    tgt_vocab = tgt_vocab or build_vocab(count_tokens(train, "tgt"))
+    encoded = {}
+    for split in ("train", "valid"):
+        write_encoded_split(root / "shards" / split, root / "ids" / split, src_vocab, tgt_vocab)
+        encoded[split] = EncodedSplit(root / "ids" / split, len(tgt_vocab))
+    return encoded, src_vocab, tgt_vocab

@@ -316,7 +316,7 @@ def test_selective_read_eq_9_by_hand() -> None:
     mask = src_ext != PAD
     probs = [[0.10, 0.30, 0.05, 0.15, 0.0], [0.2, 0.1, 0.3, 0.0, 0.0], [0.1, 0.1, 0.1, 0.1, 0.1]]
     copy_logp = torch.tensor([[math.log(q) if q > 0 else NEG for q in row] for row in probs])
-    state = {"memory": memory, "src_ext": src_ext, "src_mask": mask, "copy_logp": copy_logp}
+    state = {"memory": memory, "src_ext": src_ext, "src_mask": mask, "select_scores": copy_logp}
 
     zeta = layer.extra_input(state, torch.tensor([7, 4, 5]))
     assert zeta.shape == (3, 4)
@@ -338,7 +338,7 @@ def test_selective_read_eq_9_by_hand() -> None:
     # computed in log space, giving 1 / (1 + e^-1) and e^-1 / (1 + e^-1), not 0/0.
     tiny = torch.full((3, 5), NEG)
     tiny[0, 1], tiny[0, 3] = -200.0, -201.0
-    zeta = layer.extra_input({**state, "copy_logp": tiny}, torch.tensor([7, 5, 5]))
+    zeta = layer.extra_input({**state, "select_scores": tiny}, torch.tensor([7, 5, 5]))
     assert torch.isfinite(zeta).all()
     w1 = 1.0 / (1.0 + math.exp(-1.0))
     assert torch.allclose(zeta[0], w1 * memory[0, 1] + (1.0 - w1) * memory[0, 3], atol=1e-6)
@@ -393,6 +393,6 @@ def test_selective_read_ignores_non_matching_positions_even_at_neg() -> None:
     out = CopyNetOutput(ModelConfig(src_vocab=8, tgt_vocab=8, emb=2, hidden=1))
     memory = torch.tensor([[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]])  # (1, 4, 2)
     state = {"memory": memory, "src_ext": torch.tensor([[5, 6, 5, 7]]),
-             "src_mask": torch.ones(1, 4, dtype=torch.bool), "copy_logp": torch.full((1, 4), NEG)}
+             "src_mask": torch.ones(1, 4, dtype=torch.bool), "select_scores": torch.full((1, 4), NEG)}
     zeta = out.extra_input(state, torch.tensor([5]))
     assert zeta.tolist() == [[2.0, 3.0]]  # mean of positions 0 and 2, not of all four

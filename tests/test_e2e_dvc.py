@@ -132,6 +132,18 @@ print(json.dumps({{"children": children, "champion": champ.tags["mechanism"], "n
     (repo / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
     assert changed_stages(repo, env) == set()
 
+    # One train stage on two processes (torchrun, DDP on gloo): only that stage reruns, rank 0 writes.
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["train"]["nproc"] = 2
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "train@copy_rules-copynet"], repo, env, timeout=900)
+    assert re.findall(r"Running stage '([^']+)'", out) == ["train@copy_rules-copynet"]
+    history = json.loads((repo / "data/checkpoints/copy_rules/copynet/history.json").read_text())
+    assert [r["processes"] for r in history] == [2] * tiny_params()["train"]["epochs"]
+    assert (repo / "data/checkpoints/copy_rules/copynet/model.pt").exists()
+    run(["git", "checkout", "params.yaml", "dvc.lock"], repo, env)
+    run(["dvc", "checkout"], repo, env)
+
     # A DVC experiment with a changed param, then compare it with `dvc metrics diff` / `exp show`.
     out = run(["scripts/with_prefect_server.sh", "dvc", "exp", "run", "-S", "train.epochs=1"], repo, env,
               timeout=900)

@@ -32,8 +32,9 @@ MECH = "copynet"
 
 
 def _generate(root: Path, task: str, seed: int) -> None:
-    """Tiny CopyNet-rules shards for ``task`` (the generator directly) and its vocabularies."""
-    from flows.vocab import build
+    """Tiny CopyNet-rules shards for ``task`` (the generator directly), its vocabularies and the
+    encoded train/valid splits (the vocab stage's outputs)."""
+    from flows.vocab import build, encode
     from pipeline.corpora import copynet_rules
     from pipeline.paths import TaskPaths
 
@@ -42,6 +43,8 @@ def _generate(root: Path, task: str, seed: int) -> None:
     copynet_rules.write_splits(copynet_rules.Config.from_dict(settings), root / "data" / "shards" / task)
     for side in ("src", "tgt"):
         build.fn(TaskPaths(task, root), side, None, 1)
+    for split in ("train", "valid"):
+        encode.fn(TaskPaths(task, root), split)
 
 
 PREPARE = {"n_rules": 4, "instances_per_rule": 16, "max_filler": 3}
@@ -315,7 +318,7 @@ def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
     existed (data/, the MLflow artifacts) are as before; decisions.jsonl gains one 'failed' line."""
     import flows.retrain as rt
     import pipeline.registry
-    import pipeline.train
+    import pipeline.train_job
     from mlflow import MlflowClient
 
     task = champion["task"]
@@ -327,7 +330,7 @@ def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
         raise RuntimeError(f"simulated crash in {where}")
 
     if where == "training":
-        monkeypatch.setattr(pipeline.train, "train", boom)
+        monkeypatch.setattr(pipeline.train_job, "train", boom)
     elif where == "champion_evaluation":
         monkeypatch.setattr(rt, "champion_files", boom)
     else:  # promote: a better challenger (injected scores), registered, then the alias move fails

@@ -44,7 +44,8 @@ def build_toy_project(root: Path) -> Path:
     import torch
 
     from models.config import ModelConfig
-    from pipeline.shards import ShardWriter, make_schema, read_split
+    from pipeline.encoded import EncodedSplit, write_encoded_split
+    from pipeline.shards import ShardWriter, make_schema
     from pipeline.train import TrainConfig, build_seeded_model, train
     from pipeline.vocab import SPECIALS, Vocab
 
@@ -60,14 +61,16 @@ def build_toy_project(root: Path) -> Path:
     vocab_dir.mkdir(parents=True, exist_ok=True)
     vocab.save(vocab_dir / "src.vocab")
     vocab.save(vocab_dir / "tgt.vocab")
+    for split in ("train", "valid"):
+        write_encoded_split(root / "data/shards" / TASK / split, vocab_dir / "ids" / split, vocab, vocab)
+    encoded = {split: EncodedSplit(vocab_dir / "ids" / split, len(vocab)) for split in ("train", "valid")}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         for mech in MECHANISMS:
             cfg = ModelConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), emb=32, hidden=64)
             model = build_seeded_model(mech, cfg, 0)
-            train(model, read_split(root / "data/shards" / TASK / "train"), read_split(root / "data/shards" / TASK / "valid"),
-                  vocab, vocab, TrainConfig(epochs=4, batch_size=32, lr=3e-3, seed=0),
+            train(model, encoded["train"], encoded["valid"], TrainConfig(epochs=4, batch_size=32, lr=3e-3, seed=0),
                   root / "data/checkpoints" / TASK / mech, model_config=vars(cfg), progress=False)
     finally:
         torch.set_num_threads(threads)

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from pipeline.tasks import deep_merge, effective_params, main, primary_metric, task_status
-from pipeline.train import TrainConfig, epoch_lr
+from pipeline.train import TrainConfig
 
 from tests.conftest import REPO
 
@@ -95,10 +95,10 @@ def test_enable_available_rewrites_only_the_tasks_block(tmp_path, capsys):
     assert "cannot enable" in capsys.readouterr().err
 
 
-def test_epoch_lr_halves_after_the_given_epoch():
-    cfg = TrainConfig(lr=2.0, optimizer="sgd", lr_halve_after=5)
-    assert [epoch_lr(cfg, e) for e in range(1, 9)] == [2.0] * 5 + [1.0, 0.5, 0.25]
-    assert epoch_lr(TrainConfig(lr=0.1), 50) == 0.1
+def test_lr_halves_after_the_given_epoch():
+    schedule = TrainConfig(lr=2.0, optimizer="sgd", lr_halve_after=5).schedule()
+    assert [schedule.at(step=100, epoch=e) for e in range(1, 9)] == [2.0] * 5 + [1.0, 0.5, 0.25]
+    assert TrainConfig(lr=0.1).schedule().at(step=10_000, epoch=50) == 0.1
     with pytest.raises(ValueError, match="optimizer"):
         TrainConfig(optimizer="adagrad")
 

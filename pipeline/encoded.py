@@ -1,0 +1,242 @@
+"""Id-encoded splits: a task's training and validation shards as vocabulary ids, written once by the
+vocab stage, so the training loop does no string work per step.
+
+``data/vocab/<task>/ids/<split>/part-NNNNN.arrow`` (+ ``manifest.json``), one row per shard row:
+
+  id           string          the shard row's id (named in error messages)
+  src          list<int32>     source-vocabulary ids (<unk> for its OOVs)
+  src_ext      list<int32>     extended ids of the source: decoder-vocabulary id, or V + k for the
+                               k-th distinct source word outside the decoder vocabulary (in order of
+                               first appearance), as ``pipeline.extended_vocab.extend_example``
+  tgt          list<int32>     extended ids of the target (an OOV found in the source gets its V + k,
+                               any other OOV <unk>); no <s>/</s>
+  tgt_pointer  list<int32>     copied from the shard when it has pointer annotations
+  tgt_switch   list<bool>      (Pointer Softmax 5.2-5.3)
+
+Encoding is vectorised with pyarrow/numpy over whole shard parts (no Python loop over tokens); a
+part is read memory-mapped and written before the next one is read, so memory stays flat in the
+corpus size. ``EncodedSplit`` memory-maps the parts back and builds padded batches for any row set.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc
+import torch
+
+from pipeline.batching import Batch
+from pipeline.shards import ShardWriter, read_manifest
+from pipeline.vocab import BOS, EOS, PAD, UNK, Vocab
+
+POINTER_COLUMNS = ("tgt_pointer", "tgt_switch")
+
+
+def encoded_schema(annotated: bool) -> pa.Schema:
+    fields = [pa.field("id", pa.string()), pa.field("src", pa.list_(pa.int32())),
+              pa.field("src_ext", pa.list_(pa.int32())), pa.field("tgt", pa.list_(pa.int32()))]
+    if annotated:
+        fields += [pa.field("tgt_pointer", pa.list_(pa.int32())), pa.field("tgt_switch", pa.list_(pa.bool_()))]
+    return pa.schema(fields)
+
+
+def _flat(column: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """A list<string> column -> (its flat values, offsets (rows + 1,) int64, starting at 0)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = arr.cast(pa.large_list(pa.string()))
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    values = arr.values.slice(offsets[0], offsets[-1] - offsets[0])
+    return values, offsets - offsets[0]
+
+
+def _lookup(values: pa.Array, vocab: Vocab) -> np.ndarray:
+    """Vocabulary id of every token, -1 where it is not in the vocabulary."""
+    index = pc.index_in(values, value_set=pa.array(vocab.itos, type=pa.string()))
+    return np.asarray(index.fill_null(-1), dtype=np.int64)
+
+
+def _row_of(offsets: np.ndarray) -> np.ndarray:
+    """The row of each flat position: offsets (rows + 1,) -> (n,)."""
+    return np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+
+
+def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab) -> pa.Table:
+    """A shard table (id, src, tgt[, tgt_pointer, tgt_switch]) -> its encoded table (module docstring)."""
+    size = len(tgt_vocab)
+    src_values, src_off = _flat(table.column("src"))
+    tgt_values, tgt_off = _flat(table.column("tgt"))
+    src_ids = _lookup(src_values, src_vocab)
+    src_in_tgt = _lookup(src_values, tgt_vocab)
+    tgt_ids = _lookup(tgt_values, tgt_vocab)
+
+    # One dictionary over source and target words, so a word has the same code on both sides.
+    codes = np.asarray(pc.dictionary_encode(pa.concat_arrays([src_values, tgt_values])).indices, dtype=np.int64)
+    src_codes, tgt_codes = codes[: len(src_values)], codes[len(src_values):]
+    n_codes = int(codes.max()) + 1 if len(codes) else 1
+    src_rows, tgt_rows = _row_of(src_off), _row_of(tgt_off)
+
+    # Source OOVs (w.r.t. the decoder vocabulary): number each row's distinct OOV words V, V+1, ...
+    # in order of first appearance.
+    src_ext = src_in_tgt.copy()
+    oov = np.flatnonzero(src_in_tgt < 0)
+    oov_keys = np.empty(0, dtype=np.int64)
+    oov_rank = np.empty(0, dtype=np.int64)
+    if len(oov):
+        keys = src_rows[oov] * n_codes + src_codes[oov]  # (row, word)
+        oov_keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        first_pos = oov[first]  # flat position of each (row, word)'s first occurrence
+        order = np.lexsort((first_pos, oov_keys // n_codes))  # by row, then by first position
+        key_row = (oov_keys // n_codes)[order]
+        row_start = np.searchsorted(key_row, key_row, side="left")
+        oov_rank = np.empty(len(oov_keys), dtype=np.int64)
+        oov_rank[order] = np.arange(len(order)) - row_start  # k: rank within its row
+        src_ext[oov] = size + oov_rank[inverse]
+
+    # Target words outside the decoder vocabulary: the source OOV's V + k when the row's source
+    # holds the word, else <unk>.
+    tgt_ext = tgt_ids.copy()
+    missing = np.flatnonzero(tgt_ids < 0)
+    if len(missing):
+        keys = tgt_rows[missing] * n_codes + tgt_codes[missing]
+        at = np.searchsorted(oov_keys, keys)
+        found = (at < len(oov_keys)) & (oov_keys[np.minimum(at, len(oov_keys) - 1)] == keys) if len(oov_keys) else np.zeros(len(keys), bool)
+        tgt_ext[missing] = np.where(found, size + oov_rank[np.minimum(at, max(len(oov_keys) - 1, 0))], UNK)
+    src_ids[src_ids < 0] = UNK
+
+    def lists(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values.astype(np.int32)))
+
+    columns = {"id": table.column("id"), "src": lists(src_off, src_ids), "src_ext": lists(src_off, src_ext),
+               "tgt": lists(tgt_off, tgt_ext)}
+    annotated = all(c in table.column_names for c in POINTER_COLUMNS)
+    if annotated:
+        columns.update({c: table.column(c) for c in POINTER_COLUMNS})
+    return pa.table(columns, schema=encoded_schema(annotated))
+
+
+def _read_part(path: Path) -> pa.Table:
+    with pa.memory_map(str(path), "r") as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def write_encoded_split(split_dir: str | Path, out_dir: str | Path, src_vocab: Vocab, tgt_vocab: Vocab) -> dict:
+    """Encode every part of a shard split into ``out_dir``, part by part; published atomically
+    (ShardWriter) with a manifest naming the shard split and vocabulary sizes it was made from."""
+    split_dir = Path(split_dir)
+    manifest = read_manifest(split_dir)
+    if not manifest["parts"]:
+        raise ValueError(f"{split_dir}: the manifest lists no parts")
+    with pa.memory_map(str(split_dir / manifest["parts"][0]["file"]), "r") as source:
+        names = pa.ipc.open_file(source).schema.names
+    params = {"source_split": split_dir.name, "source_content_sha256": manifest.get("content_sha256"),
+              "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
+    with ShardWriter(out_dir, encoded_schema(all(c in names for c in POINTER_COLUMNS)), params=params) as writer:
+        for part in manifest["parts"]:
+            writer.write_table(encode_table(_read_part(split_dir / part["file"]), src_vocab, tgt_vocab))
+    return writer.close()
+
+
+class EncodedSplit:
+    """The memory-mapped encoded split; ``batch(rows)`` builds a padded Batch of those rows.
+
+    Only paths are pickled (DataLoader workers reopen the memory map), never the data.
+    """
+
+    def __init__(self, split_dir: str | Path, tgt_vocab_size: int, max_src_len: int | None = None):
+        self.split_dir = Path(split_dir)
+        self.vocab = tgt_vocab_size
+        self.max_src_len = max_src_len
+        self.manifest = read_manifest(self.split_dir)
+        self._table: pa.Table | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_table": None}
+
+    @property
+    def table(self) -> pa.Table:
+        if self._table is None:
+            tables = []
+            for part in self.manifest["parts"]:
+                source = pa.memory_map(str(self.split_dir / part["file"]), "r")
+                tables.append(pa.ipc.open_file(source).read_all())
+            self._table = pa.concat_tables(tables)
+        return self._table
+
+    def __len__(self) -> int:
+        return int(self.manifest["rows"])
+
+    @property
+    def annotated(self) -> bool:
+        return all(c in self.table.column_names for c in POINTER_COLUMNS)
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(source length as batched (<= max_src_len, >= 1), target length + 1 for </s>) per row."""
+        src = np.asarray(pc.list_value_length(self.table.column("src")).to_numpy(zero_copy_only=False), dtype=np.int64)
+        tgt = np.asarray(pc.list_value_length(self.table.column("tgt")).to_numpy(zero_copy_only=False), dtype=np.int64)
+        if self.max_src_len:
+            src = np.minimum(src, self.max_src_len)
+        return np.maximum(src, 1), tgt + 1
+
+    def batch(self, rows: np.ndarray, source_tokens: Vocab | None = None) -> Batch:
+        """Rows (N,) -> Batch (no string work; ``source_tokens``: also give the source words, read from
+        the source vocabulary, for a model that reads them, e.g. Read-Again's sentence ends)."""
+        part = self.table.take(pa.array(np.asarray(rows, dtype=np.int64)))
+        src, src_len = _padded(part.column("src"), PAD, self.max_src_len, empty=EOS)
+        src_ext, _ = _padded(part.column("src_ext"), PAD, self.max_src_len, empty=EOS)
+        tgt, tgt_len = _padded(part.column("tgt"), PAD)
+        # Extended ids past the truncated source's own OOVs become <unk> (they were numbered by first
+        # appearance, so the OOVs kept by a cut are exactly V .. V + k - 1).
+        n_oov = np.maximum(src_ext.max(axis=1) - self.vocab + 1, 0)  # (B,)
+        if self.max_src_len:
+            tgt = np.where(tgt >= self.vocab + n_oov[:, None], UNK, tgt)
+        bsz, width = tgt.shape
+        tgt_in = np.full((bsz, width + 1), PAD, dtype=np.int64)
+        tgt_out = np.full((bsz, width + 1), PAD, dtype=np.int64)
+        tgt_in[:, 0] = BOS
+        tgt_in[:, 1:] = tgt
+        tgt_out[:, :width] = tgt
+        tgt_out[np.arange(bsz), tgt_len] = EOS
+        pointer = switch = None
+        if self.annotated:
+            ptr, _ = _padded(part.column("tgt_pointer"), -1, width=width + 1)
+            sw, _ = _padded(part.column("tgt_switch"), 0, width=width + 1)
+            cut = ptr >= src_len[:, None]  # a pointer past a truncated source points nowhere
+            pointer = torch.from_numpy(np.where(cut, -1, ptr))
+            switch = torch.from_numpy((sw != 0) & ~cut)
+        tokens = []
+        if source_tokens is not None:
+            tokens = [[source_tokens.itos[i] for i in row[:n]] for row, n in zip(src.tolist(), src_len.tolist())]
+        return Batch(
+            src=torch.from_numpy(src), src_len=torch.from_numpy(src_len), src_ext=torch.from_numpy(src_ext),
+            tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out), n_ext=int(n_oov.max(initial=0)),
+            oovs=[], ids=part.column("id").to_pylist(), src_tokens=tokens, tgt_tokens=[],
+            tgt_pointer=pointer, tgt_switch=switch)
+
+
+def _padded(column: pa.ChunkedArray, pad: int, max_len: int | None = None, empty: int | None = None,
+            width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A list<int32|bool> column -> (padded (N, W) int64 matrix, lengths (N,)), vectorised.
+
+    ``max_len`` cuts rows; ``empty``: the single id an empty row gets (an empty source still needs
+    one position); ``width``: the matrix width (default: the longest row)."""
+    arr = column.combine_chunks()
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offsets[0]:offsets[-1]]
+    offsets = offsets - offsets[0]
+    lengths = np.diff(offsets)
+    kept = np.minimum(lengths, max_len) if max_len else lengths
+    if empty is not None:
+        kept_out = np.maximum(kept, 1)
+    else:
+        kept_out = kept
+    cols = max(1, int(kept_out.max(initial=0))) if width is None else width
+    out = np.full((len(lengths), cols), pad, dtype=np.int64)
+    pos = np.arange(cols)
+    take = pos[None, :] < np.minimum(kept, cols)[:, None]  # (N, W) positions that hold a value
+    src_index = offsets[:-1, None] + pos[None, :]
+    out[take] = values[src_index[take]]
+    if empty is not None:
+        out[kept == 0, 0] = empty
+    return out, kept_out
