@@ -213,10 +213,16 @@ class Seq2Seq(nn.Module):
         state.update(self.output.init_state(state))
         return state
 
-    def decoder_input(self, state: State, prev_ids: torch.Tensor) -> torch.Tensor:
-        """x_t (B, E + extra) from y_{t-1} (B,) extended ids, dropout applied."""
-        in_vocab = prev_ids.masked_fill(prev_ids >= self.cfg.tgt_vocab, UNK)
-        inputs = [self.output.embed_input(state, prev_ids, self.tgt_emb(in_vocab))]  # (B, E)
+    def embed(self, prev_ids: torch.Tensor) -> torch.Tensor:
+        """e(y) for extended ids of any shape (...) -> (..., E); an id outside V is embedded as <unk>."""
+        return self.tgt_emb(prev_ids.masked_fill(prev_ids >= self.cfg.tgt_vocab, UNK))
+
+    def decoder_input(self, state: State, prev_ids: torch.Tensor, emb: torch.Tensor | None = None) -> torch.Tensor:
+        """x_t (B, E + extra) from y_{t-1} (B,) extended ids, dropout applied; ``emb``: e(y_{t-1}) (B, E)
+        when the caller looked it up already (teacher forcing looks up all steps at once: one
+        embedding backward instead of one dense (V, E) gradient per step)."""
+        emb = self.embed(prev_ids) if emb is None else emb
+        inputs = [self.output.embed_input(state, prev_ids, emb)]  # (B, E)
         extra = self.output.extra_input(state, prev_ids)
         if extra is not None:
             inputs.append(extra)
@@ -255,10 +261,11 @@ class Seq2Seq(nn.Module):
         applied, as the output layer sees it), "context" (B, T, M), "x" (B, T, In), "attn" (B, T, S)
         when the decoder attends, and the output layer's ``sequence_keys`` (B, T, S).
         """
+        emb = self.embed(tgt_in)  # (B, T, E): e(y_0) .. e(y_{T-1}) in one lookup
         whole = getattr(self.decoder, "forward_sequence", None)
         if whole is not None and not self.output.extra_input_dim and not self.output.sequence_keys:
             # No input feeding and nothing fed back: x_1..x_T are known up front.
-            x = torch.stack([self.decoder_input(state, tgt_in[:, t]) for t in range(tgt_in.size(1))], dim=1)
+            x = torch.stack([self.decoder_input(state, tgt_in[:, t], emb[:, t]) for t in range(tgt_in.size(1))], dim=1)
             s, context, attn = whole(state, x)  # (B, T, H), (B, T, M), (B, T, S)
             view = {**state, "s": self.drop(s), "context": context, "x": x}
             if attn is not None:
@@ -268,7 +275,7 @@ class Seq2Seq(nn.Module):
         for t in range(tgt_in.size(1)):
             for key in self.output.sequence_keys:
                 steps[key].append(state[key])  # before this step's update (e.g. coverage c^t)
-            x_t = self.decoder_input(state, tgt_in[:, t])  # (B, In)
+            x_t = self.decoder_input(state, tgt_in[:, t], emb[:, t])  # (B, In)
             s_t, context, weights, dec_updates = self.decoder(state, x_t)
             s_t = self.drop(s_t)  # the output layer's (and the feedback's) view of s_t
             state = {**state, **dec_updates}

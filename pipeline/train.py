@@ -52,6 +52,7 @@ AMP_MODES = ("auto", "bf16", "off")
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 10
+    max_steps: int | None = None  # stop after this many optimizer steps (fairseq --max-update)
     batch_size: int = 64  # sentences per batch (per process)
     max_tokens: int | None = None  # padded source + target positions per batch (fairseq --max-tokens)
     lr: float = 1e-3
@@ -89,7 +90,7 @@ class TrainConfig:
         for name in ("batch_size", "nproc", "nnodes", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):
+        for name in ("max_steps", "max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"train.{name} must be positive or null, got {value}")
@@ -262,8 +263,11 @@ def train(
     fp = fingerprint(asdict(cfg), model_config, {"data": data_hash})
 
     last = ckpt_dir / "last.pt"
-    if last.exists():
-        ckpt = torch.load(last, map_location=device, weights_only=True)
+    if ctx.is_main:  # temp files of a write that a killed run never finished
+        for stale in ckpt_dir.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+    ckpt = _load_resumable(last, device)
+    if ckpt is not None:
         if ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]:
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
@@ -305,11 +309,14 @@ def train(
             if on_validate is not None:
                 on_validate(row)
 
+    def finished() -> bool:
+        return stopper.should_stop or (cfg.max_steps is not None and prog.step >= cfg.max_steps)
+
     rows = row_range(train_split, cfg.max_train_examples)
     lengths = train_split.lengths()
     model.train()
     clock = last_ckpt = time.perf_counter()
-    while prog.epoch <= cfg.epochs and not stopper.should_stop:
+    while prog.epoch <= cfg.epochs and not finished():
         batches = shard_batches(epoch_batches(lengths, rows, cfg, shuffle=True, seed=cfg.seed + prog.epoch), ctx)
         loader = batch_loader(train_split, batches[prog.batch :], cfg, device, source_vocab)
         bar = tqdm(loader, desc=f"epoch {prog.epoch}/{cfg.epochs}", unit="batch", initial=prog.batch,
@@ -327,26 +334,38 @@ def train(
                 clock = time.perf_counter()
                 checkpoint()
                 last_ckpt = time.perf_counter()
-                if stopper.should_stop:
-                    break
             elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or \
                     (cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes):
                 checkpoint()
                 last_ckpt = time.perf_counter()
-        if stopper.should_stop:
+            if finished():
+                break
+        if finished():
             break
         if not cfg.validate_every:  # validate at each epoch's end
             validate(time.perf_counter() - clock)
             clock = time.perf_counter()
         prog.epoch, prog.batch = prog.epoch + 1, 0
-        if prog.epoch <= cfg.epochs and not stopper.should_stop:
+        if prog.epoch <= cfg.epochs and not finished():
             checkpoint()
             last_ckpt = time.perf_counter()
-    if prog.tokens and not stopper.should_stop:  # steps since the last validation (validate_every)
+    if prog.tokens and not stopper.should_stop:  # steps since the last validation (max_steps, validate_every)
         validate(time.perf_counter() - clock)
     prog.completed = True
     checkpoint()
     return prog.history
+
+
+def _load_resumable(path: Path, device: torch.device) -> dict | None:
+    """last.pt if it is a step checkpoint of this format (tensors and plain data only), else None."""
+    if not path.exists():
+        return None
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - an older format or a foreign file: never resume from it
+        print(f"{path} is not a resumable checkpoint ({type(err).__name__}); starting afresh", file=sys.stderr)
+        return None
+    return ckpt if isinstance(ckpt, dict) and "progress" in ckpt else None
 
 
 def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:

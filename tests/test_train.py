@@ -210,6 +210,12 @@ def test_validation_every_n_steps_and_learning_curve_rows(data, tmp_path):
     assert {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "lr", "tokens_per_s"} <= set(history[0])
 
 
+def test_max_steps_stops_mid_epoch_and_validates_the_last_step(data, tmp_path):
+    _, history = _run(data, tmp_path / "ms", epochs=10, max_steps=4)
+    assert [r["step"] for r in history] == [3, 4]  # the end of epoch 1, then the last step
+    assert torch.load(tmp_path / "ms" / "last.pt", weights_only=True)["progress"]["completed"]
+
+
 def test_lr_schedule_warmup_inverse_sqrt_plateau_and_halving():
     s = LRSchedule(1.0, warmup_steps=4, decay="inverse_sqrt")
     assert [s.at(k, 1) for k in (1, 2, 3, 4, 16)] == [0.25, 0.5, 0.75, 1.0, 0.5]
