@@ -1,11 +1,11 @@
 # Two commands do everything on a fresh machine:
 #   make repro   install into .venv (pinned), then run the pipeline (dvc repro) on the default tasks
-#   make test    install into .venv (pinned), then run the test suite
+#   make test    install into .venv (pinned), then the linter (ruff check + format check) and the test suite
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install repro test bench clean-venv
+.PHONY: install repro test lint bench clean-venv
 
 $(BIN)/.installed: pyproject.toml requirements-lock.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,8 +17,12 @@ install: $(BIN)/.installed
 repro: install
 	scripts/with_prefect_server.sh dvc repro
 
-test: install
+test: lint
 	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: install
 	$(BIN)/python benchmarks/bench_mechanisms.py

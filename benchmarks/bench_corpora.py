@@ -10,12 +10,12 @@ streams (flat) or loads the corpus (grows).
     .venv/bin/python benchmarks/bench_corpora.py                 # ~2-4 minutes on 2 cores
     .venv/bin/python benchmarks/bench_corpora.py --rush-pairs 400000 --workers 2 --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -76,8 +76,12 @@ def rush_plain_loop(art: Path, tit: Path, out: Path) -> int:
     schema = make_schema()
     out.mkdir(parents=True, exist_ok=True)
     rows, n = [], 0
-    with open(art, encoding="utf-8") as fa, open(tit, encoding="utf-8") as ft, \
-            pa.OSFile(str(out / "plain.arrow"), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+    with (
+        open(art, encoding="utf-8") as fa,
+        open(tit, encoding="utf-8") as ft,
+        pa.OSFile(str(out / "plain.arrow"), "wb") as sink,
+        pa.ipc.new_file(sink, schema) as writer,
+    ):
         for i, (a, t) in enumerate(zip(fa, ft)):
             src = ["<unk>" if w == "UNK" else w for w in a.split()]
             tgt = ["<unk>" if w == "UNK" else w for w in t.split()]
@@ -101,7 +105,11 @@ def sgml_config(work: Path, copies: int):
     from pipeline.corpora import gigaword
 
     base = SHARED / "gigaword_raw_cna_sample"
-    files = sorted(p for p in base.glob("cna_eng_*")) if base.exists() else sorted((FIXTURES / "gigaword/sgml").glob("cna_eng_*"))
+    files = (
+        sorted(p for p in base.glob("cna_eng_*"))
+        if base.exists()
+        else sorted((FIXTURES / "gigaword/sgml").glob("cna_eng_*"))
+    )
     paths = []
     for k in range(copies):  # distinct doc ids per copy so the split hash spreads them
         for f in files:
@@ -144,8 +152,15 @@ def compare_mapped(name: str, module, cfg, work: Path, workers: int) -> dict:
         t_ours = timed(lambda: setattr(pool, "m", module.write_splits(cfg, work / f"{name}_ours", map_chunks=pool)))
         n = rows_written(pool.m)
     t_loop = timed(lambda: module.write_splits(cfg, work / f"{name}_loop", map_chunks=serial_map))
-    return {"corpus": name, "records": n, "ours_s": t_ours, "loop_s": t_loop,
-            "ours_per_s": n / t_ours, "loop_per_s": n / t_loop, "ratio": t_loop / t_ours}
+    return {
+        "corpus": name,
+        "records": n,
+        "ours_s": t_ours,
+        "loop_s": t_loop,
+        "ours_per_s": n / t_ours,
+        "loop_per_s": n / t_loop,
+        "ratio": t_loop / t_ours,
+    }
 
 
 def jieba_vs_ours(work: Path, pairs: int, workers: int) -> dict:
@@ -160,8 +175,15 @@ def jieba_vs_ours(work: Path, pairs: int, workers: int) -> dict:
     t_jieba = timed(lambda: [jieba.lcut(t) for t in texts])
     with ProcessMap(workers) as pool:
         t_ours = timed(lambda: module.write_splits(cfg, work / "lcsts_word_ours", map_chunks=pool))
-    return {"corpus": "lcsts_word (jieba)", "records": pairs, "ours_s": t_ours, "jieba_s": t_jieba,
-            "ours_per_s": pairs / t_ours, "jieba_per_s": pairs / t_jieba, "ours_over_jieba_time": t_ours / t_jieba}
+    return {
+        "corpus": "lcsts_word (jieba)",
+        "records": pairs,
+        "ours_s": t_ours,
+        "jieba_s": t_jieba,
+        "ours_per_s": pairs / t_ours,
+        "jieba_per_s": pairs / t_jieba,
+        "ours_over_jieba_time": t_ours / t_jieba,
+    }
 
 
 # --------------------------------------------------------------------------- #
@@ -171,10 +193,10 @@ def jieba_vs_ours(work: Path, pairs: int, workers: int) -> dict:
 
 def peak_rss_mb(pairs: int) -> float:
     code = (
-        "import sys, resource, tempfile; from pathlib import Path; sys.path.insert(0, %r);"
+        f"import sys, resource, tempfile; from pathlib import Path; sys.path.insert(0, {str(REPO)!r});"
         "from benchmarks.bench_corpora import rush_inputs, rush_ours;"
-        "w = Path(tempfile.mkdtemp()); a, t = rush_inputs(w, %d); rush_ours(a, t, w / 'out');"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)" % (str(REPO), pairs)
+        f"w = Path(tempfile.mkdtemp()); a, t = rush_inputs(w, {pairs:d}); rush_ours(a, t, w / 'out');"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return int(out.split()[-1]) / 1024
@@ -198,8 +220,17 @@ def main() -> None:
         t_ours = timed(lambda: rush_ours(art, tit, work / "rush_ours"))
         t_loop = timed(lambda: rush_plain_loop(art, tit, work / "rush_loop"))
         n = args.rush_pairs
-        results.append({"corpus": "gigaword rush format", "records": n, "ours_s": t_ours, "loop_s": t_loop,
-                        "ours_per_s": n / t_ours, "loop_per_s": n / t_loop, "ratio": t_loop / t_ours})
+        results.append(
+            {
+                "corpus": "gigaword rush format",
+                "records": n,
+                "ours_s": t_ours,
+                "loop_s": t_loop,
+                "ours_per_s": n / t_ours,
+                "loop_per_s": n / t_loop,
+                "ratio": t_loop / t_ours,
+            }
+        )
         module, cfg = sgml_config(work, args.sgml_copies)
         results.append(compare_mapped("gigaword raw sgml (docs)", module, cfg, work, args.workers))
         module, cfg = lcsts_config(work, "char", args.lcsts_pairs)
@@ -213,18 +244,24 @@ def main() -> None:
     print("|---|---:|---:|---:|---|---:|")
     for r in results:
         if "jieba_s" in r:
-            print(f"| {r['corpus']} | {r['records']:,} | {r['ours_per_s']:,.0f} | {r['jieba_per_s']:,.0f} | "
-                  f"jieba.lcut alone, 1 process | {1 / r['ours_over_jieba_time']:.2f}x (our time = "
-                  f"{r['ours_over_jieba_time']:.2f}x jieba's) |")
+            print(
+                f"| {r['corpus']} | {r['records']:,} | {r['ours_per_s']:,.0f} | {r['jieba_per_s']:,.0f} | "
+                f"jieba.lcut alone, 1 process | {1 / r['ours_over_jieba_time']:.2f}x (our time = "
+                f"{r['ours_over_jieba_time']:.2f}x jieba's) |"
+            )
         else:
             base = "plain Python loop" if r["corpus"].startswith("gigaword rush") else "same reader, 1 process"
-            print(f"| {r['corpus']} | {r['records']:,} | {r['ours_per_s']:,.0f} | {r['loop_per_s']:,.0f} | "
-                  f"{base} | {r['ratio']:.2f}x |")
+            print(
+                f"| {r['corpus']} | {r['records']:,} | {r['ours_per_s']:,.0f} | {r['loop_per_s']:,.0f} | "
+                f"{base} | {r['ratio']:.2f}x |"
+            )
     if not args.skip_memory:
         small, large = args.rush_pairs // 4, args.rush_pairs
         m_small, m_large = peak_rss_mb(small), peak_rss_mb(large)
-        print(f"\nPeak RSS, Rush-format ingestion: {small:,} pairs {m_small:.0f} MB, {large:,} pairs "
-              f"{m_large:.0f} MB ({m_large / m_small:.2f}x for 4x the input)")
+        print(
+            f"\nPeak RSS, Rush-format ingestion: {small:,} pairs {m_small:.0f} MB, {large:,} pairs "
+            f"{m_large:.0f} MB ({m_large / m_small:.2f}x for 4x the input)"
+        )
         results.append({"memory_mb": {str(small): m_small, str(large): m_large}})
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

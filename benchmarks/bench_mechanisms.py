@@ -9,6 +9,7 @@ Prints a table (and optionally writes JSON); no assertions.
     .venv/bin/python benchmarks/bench_mechanisms.py                # defaults: ~2-3 min on 2 CPU cores
     .venv/bin/python benchmarks/bench_mechanisms.py --device cuda --steps 50 --decode-examples 256
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,31 +28,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from models import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
+from models.extended import NEG  # noqa: E402
 from pipeline.batching import collate  # noqa: E402
-from pipeline.extended_vocab import NEG  # noqa: E402
 from pipeline.search import beam_search, greedy  # noqa: E402
 from pipeline.train import autocast, nll_loss, resolve_device  # noqa: E402
 from pipeline.vocab import EOS, SPECIALS, Vocab  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
     p.add_argument("--emb", type=int, default=150)
     p.add_argument("--hidden", type=int, default=300)
     p.add_argument("--batch", type=int, default=64, help="training batch and decoding batch size")
     p.add_argument("--steps", type=int, default=60, help="timed training steps per mechanism")
     p.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
-    p.add_argument("--decode-examples", type=int, default=256,
-                   help="examples decoded by greedy and batched beam")
-    p.add_argument("--single-examples", type=int, default=None,
-                   help="examples decoded one at a time (default: min(decode-examples, 64))")
+    p.add_argument("--decode-examples", type=int, default=256, help="examples decoded by greedy and batched beam")
+    p.add_argument(
+        "--single-examples",
+        type=int,
+        default=None,
+        help="examples decoded one at a time (default: min(decode-examples, 64))",
+    )
     p.add_argument("--beam", type=int, default=10)
-    p.add_argument("--decode-len", type=int, default=16,
-                   help="decode every hypothesis for exactly this many steps (</s> blocked until then), so "
-                        "figures compare across mechanisms however far training got; 0: free decoding, "
-                        "stopping at </s> or --max-len")
+    p.add_argument(
+        "--decode-len",
+        type=int,
+        default=16,
+        help="decode every hypothesis for exactly this many steps (</s> blocked until then), so "
+        "figures compare across mechanisms however far training got; 0: free decoding, "
+        "stopping at </s> or --max-len",
+    )
     p.add_argument("--max-len", type=int, default=40, help="length limit of free decoding (--decode-len 0)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -67,7 +76,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------
 def rule_data(seed: int) -> tuple[list[tuple[list[str], list[str]]], list[tuple[list[str], list[str]]], Vocab]:
     """Training pairs and decoding pairs (half in-vocabulary test, half unseen-filler test)."""
-    from pipeline.corpora.copynet_rules import RulesConfig, generate_examples, regular_symbol
+    from pipeline.corpora.copynet_rules import (
+        RulesConfig,
+        generate_examples,
+        regular_symbol,
+    )
 
     cfg = RulesConfig(n_rules=60, instances_per_rule=40, vocab_size=1000, unseen_per_rule=8, seed=seed)
     ex = generate_examples(cfg)
@@ -136,8 +149,7 @@ def bench_mechanism(name: str, args, train_pairs, decode_pairs, vocab: Vocab, de
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     # Batches are collated and moved to the device up front: only the model work is timed.
-    batches = [make_batch(rng.sample(train_pairs, args.batch), vocab, device)
-               for _ in range(args.warmup + args.steps)]
+    batches = [make_batch(rng.sample(train_pairs, args.batch), vocab, device) for _ in range(args.warmup + args.steps)]
 
     def train_step(batch) -> int:
         with amp():
@@ -215,13 +227,19 @@ def bench_mechanism(name: str, args, train_pairs, decode_pairs, vocab: Vocab, de
 
 
 def print_table(rows: list[dict], args, header: dict) -> None:
-    print(f"device {header['device']} ({header['device_name']}), torch {header['torch']}, "
-          f"threads {header['threads']}, amp {header['amp']}, load avg {header['loadavg']}")
-    print(f"model emb {args.emb} hidden {args.hidden}; vocab {header['vocab']}; train batch {args.batch}, "
-          f"{args.steps} timed steps after {args.warmup} warm-up; decode {header['decode_examples']} examples "
-          f"(batch {args.batch}, {header['decode_mode']}), one-at-a-time on {header['single_examples']}")
-    print(f"data: src len mean {header['src_len_mean']:.1f} (max {header['src_len_max']}), "
-          f"tgt len mean {header['tgt_len_mean']:.1f} (max {header['tgt_len_max']})")
+    print(
+        f"device {header['device']} ({header['device_name']}), torch {header['torch']}, "
+        f"threads {header['threads']}, amp {header['amp']}, load avg {header['loadavg']}"
+    )
+    print(
+        f"model emb {args.emb} hidden {args.hidden}; vocab {header['vocab']}; train batch {args.batch}, "
+        f"{args.steps} timed steps after {args.warmup} warm-up; decode {header['decode_examples']} examples "
+        f"(batch {args.batch}, {header['decode_mode']}), one-at-a-time on {header['single_examples']}"
+    )
+    print(
+        f"data: src len mean {header['src_len_mean']:.1f} (max {header['src_len_max']}), "
+        f"tgt len mean {header['tgt_len_mean']:.1f} (max {header['tgt_len_max']})"
+    )
     cols = [
         ("mechanism", "display_name", "{:<10}"),
         ("params", "parameters", "{:>10,}"),
@@ -250,15 +268,20 @@ def main(argv=None) -> int:
     dec = decode_pairs[: args.decode_examples]
     header = {
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "amp": device.type == "cuda" and not args.no_amp,
         "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a",
         "vocab": len(vocab),
-        "decode_mode": (f"exactly {args.decode_len} steps per hypothesis" if args.decode_len
-                        else f"free, stop at </s> or {args.max_len} steps"),
+        "decode_mode": (
+            f"exactly {args.decode_len} steps per hypothesis"
+            if args.decode_len
+            else f"free, stop at </s> or {args.max_len} steps"
+        ),
         "train_examples": len(train_pairs),
         "decode_examples": len(dec),
         "single_examples": min(len(dec), args.single_examples if args.single_examples is not None else 64),
@@ -278,9 +301,17 @@ def main(argv=None) -> int:
     print(f"total {header['total_seconds']:.1f}s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"settings": {k: (str(v) if isinstance(v, Path) else v)
-                                                      for k, v in vars(args).items()},
-                                         "environment": header, "results": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                    "environment": header,
+                    "results": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.json}")
     return 0
 

@@ -3,6 +3,7 @@
 Run: ``python benchmarks/bench_metrics.py``. Both score ROUGE-1/2/L with stemming on one
 reference; the pairs are random headline-length strings from a fixed vocabulary (seed 0).
 """
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,10 @@ from pipeline.rouge import rouge
 
 def _pairs(n: int, seed: int = 0) -> tuple[list[str], list[list[str]]]:
     rng = random.Random(seed)
-    vocab = ("police stocks fell rallied government agreements women children ran running hurricane "
-             "leaders meets talks president oil prices surge record ## percent the of in on to a for").split()
+    vocab = (
+        "police stocks fell rallied government agreements women children ran running hurricane "
+        "leaders meets talks president oil prices surge record ## percent the of in on to a for"
+    ).split()
     make = lambda: " ".join(rng.choice(vocab) for _ in range(rng.randint(6, 14)))  # noqa: E731
     return [make() for _ in range(n)], [[make()] for _ in range(n)]
 

@@ -13,6 +13,7 @@ Each stage runs in a fresh child process; its peak RSS is the child's ru_maxrss 
     .venv/bin/python benchmarks/bench_scale.py                        # ~35 min on 2 cores, ~3 GB of disk
     .venv/bin/python benchmarks/bench_scale.py --sizes 100000 400000 --steps 100 --work /tmp/scale
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,12 +48,18 @@ def stage_prepare(work: Path) -> dict:
     from pipeline.corpora import gigaword
 
     raw = work / "raw"
-    cfg = gigaword.Config(format="rush", train_src_file=str(raw / "train.article.txt"),
-                          train_tgt_file=str(raw / "train.title.txt"), valid_src_file=str(raw / "valid.article.txt"),
-                          valid_tgt_file=str(raw / "valid.title.txt"))
+    cfg = gigaword.Config(
+        format="rush",
+        train_src_file=str(raw / "train.article.txt"),
+        train_tgt_file=str(raw / "train.title.txt"),
+        valid_src_file=str(raw / "valid.article.txt"),
+        valid_tgt_file=str(raw / "valid.title.txt"),
+    )
     manifests = gigaword.write_splits(cfg, work / "shards")
-    return {"pairs": manifests["train"]["rows_in"] + manifests["valid"]["rows_in"],
-            "rows": {s: m["rows"] for s, m in manifests.items()}}
+    return {
+        "pairs": manifests["train"]["rows_in"] + manifests["valid"]["rows_in"],
+        "rows": {s: m["rows"] for s, m in manifests.items()},
+    }
 
 
 def stage_vocab(work: Path) -> dict:
@@ -84,11 +91,23 @@ def stage_train(work: Path, steps: int, mechanism: str, threads: int) -> dict:
     cfg = ModelConfig(src_vocab=len(src), tgt_vocab=len(tgt), emb=150, hidden=300)
     model = build_seeded_model(mechanism, cfg, 0)
     start = time.perf_counter()
-    history = train(model, splits["train"], splits["valid"], TrainConfig(epochs=1, max_steps=steps, batch_size=64),
-                    work / "checkpoints", model_config=vars(cfg), progress=False)
+    history = train(
+        model,
+        splits["train"],
+        splits["valid"],
+        TrainConfig(epochs=1, max_steps=steps, batch_size=64),
+        work / "checkpoints",
+        model_config=vars(cfg),
+        progress=False,
+    )
     seconds = time.perf_counter() - start
-    return {"pairs": steps * 64, "steps": history[-1]["step"], "tokens_per_s": history[-1]["tokens_per_s"],
-            "valid_loss": history[-1]["valid_loss"], "train_seconds": seconds}
+    return {
+        "pairs": steps * 64,
+        "steps": history[-1]["step"],
+        "tokens_per_s": history[-1]["tokens_per_s"],
+        "valid_loss": history[-1]["valid_loss"],
+        "train_seconds": seconds,
+    }
 
 
 STAGES = {"generate": stage_generate, "prepare": stage_prepare, "vocab": stage_vocab, "train": stage_train}
@@ -105,15 +124,55 @@ def run_stage(name: str, work: Path, *extra: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"stage {name} failed with exit code {proc.returncode}")
     result = json.loads(out.read_text())
-    return {**result, "seconds": seconds, "pairs_per_s": result["pairs"] / seconds, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {
+        **result,
+        "seconds": seconds,
+        "pairs_per_s": result["pairs"] / seconds,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }
+
+
+class MemorySampler:
+    """Peak anonymous and file-backed resident memory of this process, sampled every 0.2 s
+    (/proc/self/status RssAnon, RssFile). ru_maxrss counts both; the file-backed part is the
+    memory-mapped shards in the page cache, which the kernel reclaims under pressure."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak = {"RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def sample(self) -> None:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key = line.split(":")[0]
+            if key in self.peak:
+                self.peak[key] = max(self.peak[key], int(line.split()[1]) // 1024)  # MB
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.sample()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return {"peak_anon_mb": self.peak["RssAnon"], "peak_file_mb": self.peak["RssFile"]}
 
 
 def child(argv: list[str]) -> None:
     name, work, extra = argv[0], Path(argv[1]), argv[2:]
-    args = {"generate": lambda: (work, int(extra[0])), "prepare": lambda: (work,), "vocab": lambda: (work,),
-            "train": lambda: (work, int(extra[0]), extra[1], int(extra[2]))}[name]()
+    sampler = MemorySampler()
+    args = {
+        "generate": lambda: (work, int(extra[0])),
+        "prepare": lambda: (work,),
+        "vocab": lambda: (work,),
+        "train": lambda: (work, int(extra[0]), extra[1], int(extra[2])),
+    }[name]()
     result = STAGES[name](*args)
-    (work / f"{name}.json").write_text(json.dumps(result))
+    (work / f"{name}.json").write_text(json.dumps({**result, **sampler.stop()}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,19 +197,29 @@ def main(argv: list[str] | None = None) -> None:
             rows["train"] = run_stage("train", work, str(args.steps), args.mechanism, str(args.threads))
             results[size] = rows
             print(f"\n## {size:,} pairs", flush=True)
-            print("| stage | seconds | pairs/s | peak RSS (MB) | notes |\n|---|---:|---:|---:|---|")
+            print(
+                "| stage | seconds | pairs/s | peak RSS (MB) | peak anonymous (MB) | peak file-backed (MB) | notes |\n"
+                "|---|---:|---:|---:|---:|---:|---|"
+            )
             for name, r in rows.items():
-                notes = {"vocab": f"vocabularies {r.get('src_vocab')} / {r.get('tgt_vocab')}",
-                         "train": f"{r.get('steps')} steps, {r.get('tokens_per_s', 0):.0f} target tok/s",
-                         "prepare": f"rows {r.get('rows')}"}.get(name, "")
-                print(f"| {name} | {r['seconds']:.1f} | {r['pairs_per_s']:,.0f} | {r['peak_rss_mb']:,.0f} | {notes} |", flush=True)
+                notes = {
+                    "vocab": f"vocabularies {r.get('src_vocab')} / {r.get('tgt_vocab')}",
+                    "train": f"{r.get('steps')} steps, {r.get('tokens_per_s', 0):.0f} target tok/s",
+                    "prepare": f"rows {r.get('rows')}",
+                }.get(name, "")
+                print(
+                    f"| {name} | {r['seconds']:.1f} | {r['pairs_per_s']:,.0f} | {r['peak_rss_mb']:,.0f} | "
+                    f"{r['peak_anon_mb']:,} | {r['peak_file_mb']:,} | {notes} |",
+                    flush=True,
+                )
             shutil.rmtree(work / "raw", ignore_errors=True)
         if len(results) > 1:
             small, big = min(results), max(results)
             print(f"\n## peak RSS, {big:,} vs {small:,} pairs ({big / small:.0f}x the data)")
             for name in ("prepare", "vocab", "train"):
-                a, b = results[small][name]["peak_rss_mb"], results[big][name]["peak_rss_mb"]
-                print(f"- {name}: {a:,.0f} MB -> {b:,.0f} MB ({b / a:.2f}x)")
+                for key, what in (("peak_rss_mb", "RSS"), ("peak_anon_mb", "anonymous")):
+                    a, b = results[small][name][key], results[big][name][key]
+                    print(f"- {name}, peak {what}: {a:,.0f} MB -> {b:,.0f} MB ({b / a:.2f}x)")
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
     finally:

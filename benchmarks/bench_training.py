@@ -23,6 +23,7 @@ drift in machine speed hits both. Figures:
     .venv/bin/python benchmarks/bench_training.py --vocabs 16000 --mechanisms copynet pointer_generator
     .venv/bin/python benchmarks/bench_training.py --device cuda --threads 0 --steps 20   # a GPU (bf16 autocast)
 """
+
 from __future__ import annotations
 
 import os
@@ -54,9 +55,13 @@ from pipeline.vocab import SPECIALS, Vocab  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
-    p.add_argument("--vocabs", nargs="+", type=int, default=[1000, 16000, 50000], help="target (and source) vocabulary sizes")
+    p.add_argument(
+        "--vocabs", nargs="+", type=int, default=[1000, 16000, 50000], help="target (and source) vocabulary sizes"
+    )
     p.add_argument("--emb", type=int, default=150)
     p.add_argument("--hidden", type=int, default=300)
     p.add_argument("--batch", type=int, default=64)
@@ -77,7 +82,9 @@ def batches_for(vocab_size: int, n: int, batch: int, seed: int) -> tuple[Vocab, 
     out = []
     for _ in range(n):
         src, tgt = sample_pairs(rng, batch, len(pool))
-        out.append(collate([[pool[i] for i in row] for row in src], [[pool[i] for i in row] for row in tgt], vocab, vocab))
+        out.append(
+            collate([[pool[i] for i in row] for row in src], [[pool[i] for i in row] for row in tgt], vocab, vocab)
+        )
     return vocab, out
 
 
@@ -148,10 +155,16 @@ def bench_mechanism(name: str, vocab: Vocab, batches: list, args, device: torch.
             totals[mode][1] += seconds
     flops = flops_per_token(copy.deepcopy(base), timed[0])
     rate = {mode: tokens / seconds for mode, (tokens, seconds) in totals.items()}
-    return {"mechanism": name, "vocab": len(vocab), "mflop_per_token": flops / 1e6,
-            "stepwise_tok_s": rate["stepwise"], "two_phase_tok_s": rate["two_phase"],
-            "speedup": rate["two_phase"] / rate["stepwise"],
-            "seconds": {m: s for m, (_, s) in totals.items()}, "tokens": {m: t for m, (t, _) in totals.items()}}
+    return {
+        "mechanism": name,
+        "vocab": len(vocab),
+        "mflop_per_token": flops / 1e6,
+        "stepwise_tok_s": rate["stepwise"],
+        "two_phase_tok_s": rate["two_phase"],
+        "speedup": rate["two_phase"] / rate["stepwise"],
+        "seconds": {m: s for m, (_, s) in totals.items()},
+        "tokens": {m: t for m, (t, _) in totals.items()},
+    }
 
 
 def main(argv=None) -> None:
@@ -159,19 +172,32 @@ def main(argv=None) -> None:
     device = resolve_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    header = {"device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
-              "emb": args.emb, "hidden": args.hidden, "batch": args.batch, "load_avg": os.getloadavg()[0],
-              "thp": os.environ.get("THP_MEM_ALLOC_ENABLE")}
+    header = {
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "emb": args.emb,
+        "hidden": args.hidden,
+        "batch": args.batch,
+        "load_avg": os.getloadavg()[0],
+        "thp": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+    }
     print("# " + ", ".join(f"{k} {v}" for k, v in header.items()), flush=True)
     rows = []
     for size in args.vocabs:
         vocab, batches = batches_for(size, args.warmup + args.steps, args.batch, args.seed)
         gemm = gemm_gflops(device, [(1024, 1024, 1024), (args.batch * 10, args.hidden, size)])
-        print(f"\n## target vocabulary {size}: GEMM {gemm:.1f} GFLOP/s (float32, best of 1024^3 and "
-              f"{args.batch * 10}x{args.hidden}x{size})", flush=True)
-        print("| mechanism | MFLOP/token | limit tok/s | stepwise tok/s | two-phase tok/s | two-phase / stepwise "
-              "| stepwise % limit | two-phase % limit |\n|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+        print(
+            f"\n## target vocabulary {size}: GEMM {gemm:.1f} GFLOP/s (float32, best of 1024^3 and "
+            f"{args.batch * 10}x{args.hidden}x{size})",
+            flush=True,
+        )
+        print(
+            "| mechanism | MFLOP/token | limit tok/s | stepwise tok/s | two-phase tok/s | two-phase / stepwise "
+            "| stepwise % limit | two-phase % limit |\n|---|---:|---:|---:|---:|---:|---:|---:|",
+            flush=True,
+        )
         for name in args.mechanisms:
             row = bench_mechanism(name, vocab, batches, args, device)
             row["gemm_gflops"] = gemm
@@ -179,13 +205,21 @@ def main(argv=None) -> None:
             for mode in ("stepwise", "two_phase"):
                 row[f"{mode}_fraction"] = row[f"{mode}_tok_s"] / row["limit_tok_s"]
             rows.append(row)
-            print(f"| {DISPLAY_NAMES[name]} | {row['mflop_per_token']:.1f} | {row['limit_tok_s']:.0f} | "
-                  f"{row['stepwise_tok_s']:.0f} | {row['two_phase_tok_s']:.0f} | {row['speedup']:.2f}x | "
-                  f"{100 * row['stepwise_fraction']:.0f}% | {100 * row['two_phase_fraction']:.0f}% |", flush=True)
+            print(
+                f"| {DISPLAY_NAMES[name]} | {row['mflop_per_token']:.1f} | {row['limit_tok_s']:.0f} | "
+                f"{row['stepwise_tok_s']:.0f} | {row['two_phase_tok_s']:.0f} | {row['speedup']:.2f}x | "
+                f"{100 * row['stepwise_fraction']:.0f}% | {100 * row['two_phase_fraction']:.0f}% |",
+                flush=True,
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"settings": {**vars(args), "json": str(args.json)}, "environment": header,
-                                         "results": rows}, indent=2, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"settings": {**vars(args), "json": str(args.json)}, "environment": header, "results": rows},
+                indent=2,
+                default=str,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Written by the benchmarks, never committed. Words are lower-case letter strings 
     sample_pairs(rng, n, ...)       (sources (n, 31), targets (n, 9)) as word indices, vectorised
     write_rush(dir, n, ...)         train.article.txt / train.title.txt in the Rush release's format
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,8 +38,14 @@ def zipf_probs(n: int, exponent: float = 1.0) -> np.ndarray:
     return p / p.sum()
 
 
-def sample_pairs(rng: np.random.Generator, n: int, vocab: int, copy_fraction: float = 0.5,
-                 src_len: int = SRC_LEN, tgt_len: int = TGT_LEN) -> tuple[np.ndarray, np.ndarray]:
+def sample_pairs(
+    rng: np.random.Generator,
+    n: int,
+    vocab: int,
+    copy_fraction: float = 0.5,
+    src_len: int = SRC_LEN,
+    tgt_len: int = TGT_LEN,
+) -> tuple[np.ndarray, np.ndarray]:
     """Word indices: sources (n, src_len) Zipfian; targets (n, tgt_len), each token copied from a
     random source position with probability ``copy_fraction``, else drawn from the same Zipf law."""
     cdf = np.cumsum(zipf_probs(vocab))
@@ -49,8 +56,9 @@ def sample_pairs(rng: np.random.Generator, n: int, vocab: int, copy_fraction: fl
     return src, tgt
 
 
-def write_rush(out_dir: Path, n: int, vocab: int = 50_000, seed: int = 0, prefix: str = "train",
-               chunk: int = 100_000) -> tuple[Path, Path]:
+def write_rush(
+    out_dir: Path, n: int, vocab: int = 50_000, seed: int = 0, prefix: str = "train", chunk: int = 100_000
+) -> tuple[Path, Path]:
     """``<prefix>.article.txt`` and ``<prefix>.title.txt``: n aligned lines, written chunk by chunk."""
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_words = np.array(words(vocab), dtype=object)

@@ -5,6 +5,7 @@ MLFLOW_TRACKING_URI wins. Without PREFECT_API_URL each flow run starts Prefect's
 local server on 127.0.0.1 (10-25 s); ``scripts/with_prefect_server.sh`` starts one server for
 a whole ``dvc repro`` instead.
 """
+
 import os
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """compare: per task, tables shaped like the papers' (ours beside the published rows), a bar chart,
 and a CSV that `dvc plots show` draws; all logged to the task's MLflow experiment."""
+
 from __future__ import annotations
 
 import csv
@@ -7,9 +8,9 @@ import io
 import json
 from pathlib import Path
 
-import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
+import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from models import DISPLAY_NAMES
 from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows
 from pipeline.evaluate import EvalConfig
@@ -17,9 +18,15 @@ from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.plots import grouped_bars
 from pipeline.shards import write_text_atomic
-from pipeline.registry import model_name, promote_best
 from pipeline.tasks import effective_params, primary_metric, task_names
-from pipeline.tracking import RunLogger, parent_run, provenance_tags, task_manifests, task_params
+from pipeline.tracking.registry import model_name, promote_best
+from pipeline.tracking.runs import (
+    RunLogger,
+    parent_run,
+    provenance_tags,
+    task_manifests,
+    task_params,
+)
 
 
 def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
@@ -41,8 +48,11 @@ def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[st
     split, key, higher = primary_metric(params, paths.task)
     same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
     champ = promote_best(paths.task, f"{split}.{key}", higher, prefix, where=same_data)
-    line = "" if champ is None else \
-        f"\nMLflow registry: `models:/{model_name(paths.task, prefix)}@champion` = version {champ} (best {split} {key}).\n"
+    line = (
+        ""
+        if champ is None
+        else f"\nMLflow registry: `models:/{model_name(paths.task, prefix)}@champion` = version {champ} (best {split} {key}).\n"
+    )
     return champ, line
 
 
@@ -56,8 +66,13 @@ def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict) -> Path
     for table_id, table_split in (cfg.get("paper_tables") or {}).items():
         paper = PAPER_TABLES[table_id]
         if table_split == split:
-            bars.update({f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
-                         for m, vals in paper["rows"].items() if m in metrics})
+            bars.update(
+                {
+                    f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
+                    for m, vals in paper["rows"].items()
+                    if m in metrics
+                }
+            )
     png = paths.comparison / f"{paths.task}.png"
     unit = "accuracy (%), top-1" if kind == "exact_match" else kind
     grouped_bars(bars, columns, png, f"{paths.task} ({split}): {unit}", unit)
@@ -78,8 +93,10 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
         metrics[mech] = json.loads(path.read_text())
     for table_id in cfg.get("paper_tables") or {}:
         if table_id not in PAPER_TABLES:
-            raise KeyError(f"compare.paper_tables of {task_name}: no paper table {table_id!r} "
-                           f"(pipeline/paper_results.py has {sorted(PAPER_TABLES)})")
+            raise KeyError(
+                f"compare.paper_tables of {task_name}: no paper table {table_id!r} "
+                f"(pipeline/paper_results.yaml has {sorted(PAPER_TABLES)})"
+            )
     kinds = {split: ev.metric_for(split) for split in ev.splits}
     manifests = task_manifests(paths.shards)
     champ, champ_line = choose_champion(paths, params, manifests)
@@ -90,9 +107,17 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
 
     experiment = f"{tracking['experiment_prefix']}{task_name}"
     parent = parent_run(experiment, task_name, task_params(params, task_name), manifests, root=paths.root)
-    with RunLogger(experiment, "comparison", parent_run_id=parent,
-                   tags={**provenance_tags(manifests, task_name, None, paths.root), "task": task_name,
-                         "kind": "comparison", "champion_version": str(champ)}) as run:
+    with RunLogger(
+        experiment,
+        "comparison",
+        parent_run_id=parent,
+        tags={
+            **provenance_tags(manifests, task_name, None, paths.root),
+            "task": task_name,
+            "kind": "comparison",
+            "champion_version": str(champ),
+        },
+    ) as run:
         run.artifact(md)
         run.artifact(png)
     return text
@@ -102,8 +127,10 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
 def compare_flow(params_path: str | None = None) -> dict:
     params = load_params(params_path)
     root = project_root(params_path)
-    out = {t: compare_task(TaskPaths(t, root), list(params["mechanisms"]), effective_params(params, t))
-           for t in task_names(params)}
+    out = {
+        t: compare_task(TaskPaths(t, root), list(params["mechanisms"]), effective_params(params, t))
+        for t in task_names(params)
+    }
     for text in out.values():
         print(text)
     return out

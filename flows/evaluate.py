@@ -3,46 +3,58 @@
 Writes predictions (JSONL per split), metrics.json (read by DVC) and a CopyNet Figure 3-style
 heat map, and logs the same metrics dict and files to the mechanism's MLflow run.
 """
+
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
 
-import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from pipeline.evaluate import EvalConfig, copy_trace, decode_table, load_checkpoint, score_records, write_jsonl_atomic
+import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
+from pipeline.corpora.raw_input import detokenize
+from pipeline.evaluate import (
+    EvalConfig,
+    copy_trace,
+    decode_table,
+    load_checkpoint,
+    score_records,
+    write_jsonl_atomic,
+)
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.plots import copy_heatmap
-from pipeline.registry import metric_tags, register
-from pipeline.serving import ServingConfig, log_pyfunc_model
 from pipeline.shards import read_split, write_json_atomic
 from pipeline.tasks import effective_params
-from pipeline.text.raw_input import detokenize
-from pipeline.tracking import RunLogger, git_commit, task_manifests
+from pipeline.tracking.registry import metric_tags, register
+from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
+from pipeline.tracking.serving import ServingConfig, log_pyfunc_model
 from pipeline.train import first_rows, resolve_device
 from pipeline.vocab import Vocab
 
 
 @task(cache_policy=NO_CACHE)
-def evaluate_split(model, paths: TaskPaths, mechanism: str, split: str, vocabs: tuple[Vocab, Vocab],
-                   cfg: EvalConfig, device) -> dict:
+def evaluate_split(
+    model, paths: TaskPaths, mechanism: str, split: str, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device
+) -> dict:
     start = time.perf_counter()
     table = first_rows(read_split(paths.split(split)), cfg.max_examples)
     records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}")
     seconds = time.perf_counter() - start
-    print(f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
-          f"({len(records) / max(seconds, 1e-9):.1f} sentences/s, beam {cfg.beam_size})")
+    print(
+        f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
+        f"({len(records) / max(seconds, 1e-9):.1f} sentences/s, beam {cfg.beam_size})"
+    )
     write_jsonl_atomic(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", records)
     return score_records(records, cfg, split)
 
 
 @task(cache_policy=NO_CACHE)
-def heatmap(model, paths: TaskPaths, mechanism: str, where: dict, vocabs: tuple[Vocab, Vocab],
-            cfg: EvalConfig, device) -> Path:
+def heatmap(
+    model, paths: TaskPaths, mechanism: str, where: dict, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device
+) -> Path:
     """CopyNet Figure 3 for the first row of ``where['split']`` whose columns match ``where['match']``."""
     split = where.get("split", cfg.splits[0])
     table = read_split(paths.split(split))
@@ -66,12 +78,23 @@ def register_model(run, paths: TaskPaths, mechanism: str, params: dict, ev: dict
     if prepare.get("reader") != "gigaword_pointers" or prepare.get("mode") != "entity":
         first_src = read_split(paths.split(split)).column("src")[0].as_py()
         example = [detokenize(first_src, prepare, subword)]
-    uri = log_pyfunc_model(run.run_id, paths.checkpoints(mechanism), paths.vocab, serving,
-                           input_example=example, subword_model=subword)
+    uri = log_pyfunc_model(
+        run.run_id, paths.checkpoints(mechanism), paths.vocab, serving, input_example=example, subword_model=subword
+    )
     data = {f"data.{s}.content_sha256": m["content_sha256"] for s, m in task_manifests(paths.shards).items()}
     tracking = section(params, "tracking")
-    return register(uri, task_name, {"mechanism": mechanism, "run_id": run.run_id, "git_commit": git_commit(paths.root),
-                                     **data, **metric_tags(metrics)}, prefix=tracking.get("registry_prefix", ""))
+    return register(
+        uri,
+        task_name,
+        {
+            "mechanism": mechanism,
+            "run_id": run.run_id,
+            "git_commit": git_commit(paths.root),
+            **data,
+            **metric_tags(metrics),
+        },
+        prefix=tracking.get("registry_prefix", ""),
+    )
 
 
 @flow(name="evaluate")

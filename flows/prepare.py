@@ -17,17 +17,22 @@ model (``subword.model``/``.vocab``) is written beside the splits, so it is vers
 on failure) that run in a local process pool, or on a Dask cluster when
 ``parallel.task_runner: dask`` (the optional ``[dask]`` extra).
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from types import ModuleType
+from typing import Any
 
-import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
+import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
+from pipeline.corpora import reader_module
 from pipeline.parallel import bounded_ordered_map
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
@@ -36,25 +41,10 @@ from pipeline.shards import write_json_atomic
 PATH_SUFFIXES = ("_dir", "_file")
 
 
-def reader_module(name: str):
-    """The reader (or generator) module ``pipeline.corpora.<name>``: a ``Config`` and ``write_splits``."""
-    import importlib
-
-    from pipeline import corpora
-
-    known = sorted(p.stem for p in Path(corpora.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
-    known = [k for k in known if k != "common"]
-    if name not in known:
-        raise ValueError(f"unknown reader {name!r}; known: {known}")
-    module = importlib.import_module(f"pipeline.corpora.{name}")
-    if not hasattr(module, "Config") or not hasattr(module, "write_splits"):
-        raise ValueError(f"pipeline.corpora.{name} is not a reader (needs Config and write_splits)")
-    return module
-
-
 def resolve_paths(settings: dict, raw_root: Path, root: Path) -> dict:
     """Make every ``*_dir``/``*_file``/``*_files`` setting absolute, relative to ``raw_root``
     (``cache_dir``: relative to the project ``root``)."""
+
     def resolve(value: Any, base: Path = raw_root) -> Any:
         return value if value is None or os.path.isabs(value) else str(base / value)
 
@@ -86,6 +76,7 @@ def run_chunk(fn: Callable, chunk: Any, local_pool: bool) -> Any:
 
 def prefect_map(workers: int, local_pool: bool) -> Callable[[Callable, Iterable], Iterator]:
     """``map_chunks`` for readers: every chunk a Prefect task, results in order, bounded in flight."""
+
     def map_chunks(fn: Callable, chunks: Iterable) -> Iterator:
         return bounded_ordered_map(
             lambda f, c: run_chunk.submit(f, c, local_pool), lambda fut: fut.result(), fn, chunks, 2 * workers
@@ -105,9 +96,7 @@ def task_runner(runtime: dict):
         try:
             from prefect_dask import DaskTaskRunner
         except ImportError as err:  # optional extra
-            raise RuntimeError(
-                "parallel.task_runner: dask needs the optional extra: pip install -e '.[dask]'"
-            ) from err
+            raise RuntimeError("parallel.task_runner: dask needs the optional extra: pip install -e '.[dask]'") from err
         address = runtime.get("dask_address")
         if address:
             return DaskTaskRunner(address=address)
@@ -147,8 +136,9 @@ def write_subword_splits(module, cfg, out_root: Path, subword: dict, map_chunks)
         shutil.rmtree(words_root, ignore_errors=True)
 
 
-def write_extra_split(params: dict, root: Path, raw_root: Path, out_root: Path, name: str, extra: dict,
-                      map_chunks) -> dict | None:
+def write_extra_split(
+    params: dict, root: Path, raw_root: Path, out_root: Path, name: str, extra: dict, map_chunks
+) -> dict | None:
     """Prepare ``extra['corpus']`` with its own reader into a scratch directory and move its split
     ``extra['split']`` to ``out_root/<name>``; None when an optional raw input is absent."""
     import json
@@ -173,10 +163,16 @@ def write_extra_split(params: dict, root: Path, raw_root: Path, out_root: Path, 
         module.write_splits(cfg, scratch, map_chunks=map_chunks)
         source = scratch / extra.get("split", "test")
         if not source.is_dir():
-            raise ValueError(f"extra split {name}: reader {extra['corpus']} wrote no split {extra.get('split', 'test')!r}")
+            raise ValueError(
+                f"extra split {name}: reader {extra['corpus']} wrote no split {extra.get('split', 'test')!r}"
+            )
         manifest_path = source / "manifest.json"
         manifest = json.loads(manifest_path.read_text())
-        manifest["prepared_as"] = {"corpus": extra["corpus"], "split": extra.get("split", "test"), "raw": str(other_raw)}
+        manifest["prepared_as"] = {
+            "corpus": extra["corpus"],
+            "split": extra.get("split", "test"),
+            "raw": str(other_raw),
+        }
         write_json_atomic(manifest_path, manifest)
         shutil.rmtree(out_root / name, ignore_errors=True)
         source.rename(out_root / name)
@@ -185,9 +181,25 @@ def write_extra_split(params: dict, root: Path, raw_root: Path, out_root: Path, 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
-    """Read ``corpus``'s settings, run its reader into ``data/shards/<corpus>``; return manifests."""
-    global _POOL
+@dataclass(frozen=True)
+class PrepareJob:
+    """What prepare@<corpus> runs: the reader module, its ``Config``, the optional ``subword`` and
+    ``extra_splits`` settings, and where the raw input and the shards are."""
+
+    corpus: str
+    module: ModuleType
+    cfg: Any
+    subword: dict | None
+    extra_splits: dict
+    params: dict
+    root: Path
+    raw_root: Path
+    out_root: Path
+
+
+def prepare_job(corpus: str, params_path: str | None = None) -> PrepareJob:
+    """Read ``corpus``'s settings: its reader (``reader_module``), the reader's ``Config`` (paths
+    resolved against the task's raw input), and ``data/shards/<corpus>`` as the output."""
     params = load_params(params_path)
     root = project_root(params_path)
     settings = dict(section(params, "prepare", corpus))
@@ -196,24 +208,36 @@ def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
     extra_splits = settings.pop("extra_splits", None) or {}
     raw = (params.get("tasks") or {}).get(corpus)
     raw_root = root / raw if raw is not None else root
-    settings = resolve_paths(settings, raw_root, root)
-    cfg = module.Config.from_dict(settings)
-    runtime = runtime_settings(params)
+    cfg = module.Config.from_dict(resolve_paths(settings, raw_root, root))
+    return PrepareJob(
+        corpus, module, cfg, subword, extra_splits, params, root, raw_root, TaskPaths(corpus, root).shards
+    )
+
+
+def write_job(job: PrepareJob, map_chunks: Callable) -> dict:
+    """The prepare flow's work, with no Prefect in it: the reader's splits (re-tokenised when
+    ``subword`` is set), then the extra splits; return the manifests by split."""
+    if not job.subword:
+        manifests = job.module.write_splits(job.cfg, job.out_root, map_chunks=map_chunks)
+    else:
+        manifests = write_subword_splits(job.module, job.cfg, job.out_root, dict(job.subword), map_chunks)
+    for name, extra in job.extra_splits.items():
+        manifest = write_extra_split(job.params, job.root, job.raw_root, job.out_root, name, extra, map_chunks)
+        if manifest is not None:
+            manifests[name] = manifest
+    return manifests
+
+
+def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
+    """Read ``corpus``'s settings, run its reader into ``data/shards/<corpus>``; return manifests."""
+    global _POOL
+    job = prepare_job(corpus, params_path)
+    runtime = runtime_settings(job.params)
     local_pool = runtime["task_runner"] == "local" and runtime["workers"] > 1
-    out_root = TaskPaths(corpus, root).shards
 
     @flow(name="prepare", flow_run_name=f"prepare-{corpus}", task_runner=task_runner(runtime))
     def prepare_flow() -> dict:
-        map_chunks = prefect_map(runtime["workers"], local_pool)
-        if not subword:
-            manifests = module.write_splits(cfg, out_root, map_chunks=map_chunks)
-        else:
-            manifests = write_subword_splits(module, cfg, out_root, dict(subword), map_chunks)
-        for name, extra in extra_splits.items():
-            manifest = write_extra_split(params, root, raw_root, out_root, name, extra, map_chunks)
-            if manifest is not None:
-                manifests[name] = manifest
-        return manifests
+        return write_job(job, prefect_map(runtime["workers"], local_pool))
 
     if local_pool:
         _POOL = ProcessPoolExecutor(runtime["workers"])
@@ -225,7 +249,10 @@ def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
             _POOL = None
     for split, m in manifests.items():
         reasons = ", ".join(f"{r} {n}" for r, n in m["quarantine_reasons"].items())
-        print(f"{corpus}/{split}: {m['rows']} rows, {m['rows_quarantined']} quarantined" + (f" ({reasons})" if reasons else ""))
+        print(
+            f"{corpus}/{split}: {m['rows']} rows, {m['rows_quarantined']} quarantined"
+            + (f" ({reasons})" if reasons else "")
+        )
     return manifests
 
 

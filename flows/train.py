@@ -4,6 +4,7 @@ With ``train.nproc`` > 1 or ``train.nnodes`` > 1 the training itself runs under 
 (pipeline.train_job on every process, DistributedDataParallel); this flow stays one process that
 opens the MLflow run, launches the job and writes the stage's outputs.
 """
+
 from __future__ import annotations
 
 import csv
@@ -11,15 +12,21 @@ import io
 import json
 import subprocess
 
-import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
+import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from pipeline.distributed import torchrun_command
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.shards import read_manifest, write_json_atomic, write_text_atomic
 from pipeline.tasks import effective_params
-from pipeline.tracking import RunLogger, parent_run, provenance_tags, task_manifests, task_params
+from pipeline.tracking.runs import (
+    RunLogger,
+    parent_run,
+    provenance_tags,
+    task_manifests,
+    task_params,
+)
 from pipeline.train_job import TrainJob, worker_args
 
 
@@ -52,23 +59,39 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
     experiment = f"{tracking['experiment_prefix']}{task_name}"
     # One parent run per pipeline run of this task (same commit, task params and data); each
     # mechanism's run is its child, found again by the evaluate stage through run.json.
-    parent = parent_run(experiment, task_name, task_params(params, task_name), task_manifests(paths.shards),
-                        root=paths.root)
-    with RunLogger(experiment, mechanism, previous,
-                   tags={**provenance_tags(manifests, task_name, mechanism, paths.root), "task": task_name,
-                         "mechanism": mechanism}, parent_run_id=parent) as run:
+    parent = parent_run(
+        experiment, task_name, task_params(params, task_name), task_manifests(paths.shards), root=paths.root
+    )
+    with RunLogger(
+        experiment,
+        mechanism,
+        previous,
+        tags={
+            **provenance_tags(manifests, task_name, mechanism, paths.root),
+            "task": task_name,
+            "mechanism": mechanism,
+        },
+        parent_run_id=parent,
+    ) as run:
         write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity})
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg), **sizes})
         if job.distributed:
-            cmd = torchrun_command("pipeline.train_job", worker_args(job, params_path, run.run_id), train_cfg.nproc,
-                                   train_cfg.nnodes, train_cfg.rdzv_endpoint, rdzv_id=f"{task_name}-{mechanism}")
+            cmd = torchrun_command(
+                "pipeline.train_job",
+                worker_args(job, params_path, run.run_id),
+                train_cfg.nproc,
+                train_cfg.nnodes,
+                train_cfg.rdzv_endpoint,
+                rdzv_id=f"{task_name}-{mechanism}",
+            )
             subprocess.run(cmd, check=True, cwd=paths.root)
             history = json.loads((ckpt_dir / "history.json").read_text())
         else:
-            history = job.run(on_validate=lambda row: run.metrics(row, step=row["step"]),
-                              on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]},
-                                                              step=row["step"]))
+            history = job.run(
+                on_validate=lambda row: run.metrics(row, step=row["step"]),
+                on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]}, step=row["step"]),
+            )
         write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
         write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity, "completed": True})
     return history[-1] if history else {}

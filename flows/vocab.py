@@ -1,10 +1,11 @@
 """vocab@<task>: source and target vocabularies from the train split, then the train and valid
 splits id-encoded with them (pipeline.encoded), so training does no string work per step."""
+
 from __future__ import annotations
 
-import flows  # quiet, local settings before Prefect loads; cli
 from prefect import flow, task
 
+import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from pipeline.encoded import write_encoded_split
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
@@ -34,8 +35,10 @@ def vocab_flow(task_name: str, params_path: str | None = None) -> dict:
         "tgt": build(paths, "tgt", cfg.get("tgt_max_size"), cfg.get("min_count", 1)),
     }
     rows = {split: encode(paths, split) for split in ("train", "valid")}
-    print(f"{task_name}: source vocabulary {sizes['src']}, target vocabulary {sizes['tgt']}; "
-          f"encoded {rows['train']} train and {rows['valid']} valid rows")
+    print(
+        f"{task_name}: source vocabulary {sizes['src']}, target vocabulary {sizes['tgt']}; "
+        f"encoded {rows['train']} train and {rows['valid']} valid rows"
+    )
     return sizes
 
 

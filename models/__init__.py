@@ -1,39 +1,33 @@
-"""Mechanisms by name: the one map from a params.yaml name to a model builder."""
+"""Mechanisms by name: every module of this package that declares ``MECHANISMS`` (a tuple of
+``models.seq2seq.Mechanism``: name, display name, builder) is one plug-in; adding a mechanism is
+adding such a module (docs/extending.md), nothing else to edit. ``MECHANISMS`` maps the params.yaml
+names to builders, ``DISPLAY_NAMES`` to the names the comparison tables print (the papers')."""
+
 from __future__ import annotations
 
-from typing import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable
 
-from models.baselines import build_encdec, build_rnnsearch
 from models.config import ModelConfig
-from models.copynet import build_copynet
-from models.pointer_generator import build_pointer_generator
-from models.pointer_softmax import build_pointer_softmax
-from models.read_again import build_read_again
-from models.seq2seq import Seq2Seq
-from models.wean import build_luong, build_wean
+from models.seq2seq import Mechanism, Seq2Seq
 
-MECHANISMS: dict[str, Callable[[ModelConfig], Seq2Seq]] = {
-    "encdec": build_encdec,
-    "rnnsearch": build_rnnsearch,
-    "copynet": build_copynet,
-    "pointer_softmax": build_pointer_softmax,
-    "read_again": build_read_again,
-    "luong": build_luong,
-    "wean": build_wean,
-    "pointer_generator": build_pointer_generator,
-}
 
-# How the comparison tables name each mechanism (the papers' names).
-DISPLAY_NAMES = {
-    "encdec": "Enc-Dec",
-    "rnnsearch": "RNNSearch",
-    "copynet": "CopyNet",
-    "pointer_softmax": "Pointer Softmax",
-    "read_again": "Read-Again + copy",
-    "luong": "Seq2seq (Luong)",
-    "wean": "WEAN",
-    "pointer_generator": "Pointer-generator + coverage",
-}
+def discover() -> list[Mechanism]:
+    """Every ``Mechanism`` declared by a module of this package (modules in name order)."""
+    found: list[Mechanism] = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found.extend(getattr(module, "MECHANISMS", ()))
+    names = [m.name for m in found]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise RuntimeError(f"mechanisms declared twice: {duplicates}")
+    return found
+
+
+MECHANISMS: dict[str, Callable[[ModelConfig], Seq2Seq]] = {m.name: m.build for m in discover()}
+DISPLAY_NAMES: dict[str, str] = {m.name: m.display for m in discover()}
 
 
 def build_model(name: str, cfg: ModelConfig) -> Seq2Seq:

@@ -5,12 +5,13 @@
 - ``LuongAttention``: multiplicative 'general' score s_t^T W_a h_i (Luong et al. 2015), WEAN's
   decoder (Ma et al. 2018, section 2).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from pipeline.extended_vocab import NEG
+from models.extended import NEG
 
 
 def _attend(scores: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,8 +34,14 @@ class BahdanauAttention(nn.Module):
         """U h_tau, computed once per source: (B, S, 2H) -> (B, S, A)."""
         return self.key(memory)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor,
-                coverage: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        memory: torch.Tensor,
+        mask: torch.Tensor,
+        coverage: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """query (B, H), keys (B, S, A), memory (B, S, 2H), mask (B, S), coverage (B, S) -> (B, 2H), (B, S)."""
         feats = keys + self.query(query).unsqueeze(1)  # (B, S, A)
         if self.w_cov is not None:
@@ -54,13 +61,15 @@ class LuongAttention(nn.Module):
         """W_a h_i once per source: (B, S, 2H) -> (B, S, H)."""
         return self.w_a(memory)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor,
-                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """query (B, H), keys (B, S, H), memory (B, S, 2H), mask (B, S) -> (B, 2H), (B, S)."""
         context, weights = self.attend_all(query.unsqueeze(1), keys, memory, mask)
         return context.squeeze(1), weights.squeeze(1)
 
-    def attend_all(self, queries: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor,
-                   mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend_all(
+        self, queries: torch.Tensor, keys: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every step at once: queries (B, T, H) -> context (B, T, 2H), weights (B, T, S)."""
         return _attend(torch.bmm(queries, keys.transpose(1, 2)), memory, mask)  # scores (B, T, S)

@@ -5,13 +5,14 @@ vocabulary, readout from [s_t; c_t] (Bahdanau et al. 2014, with a linear readout
 copy: the extended slots of the batch carry log-probability NEG, so an OOV target is only
 reachable as <unk>.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Scores, Seq2Seq, State
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State
 
 
 class SoftmaxOutput(OutputLayer):
@@ -32,3 +33,6 @@ def build_encdec(cfg: ModelConfig) -> Seq2Seq:
 def build_rnnsearch(cfg: ModelConfig) -> Seq2Seq:
     """RNNSearch (Bahdanau et al. 2014): bidirectional GRU encoder, GRU decoder, additive attention."""
     return Seq2Seq(cfg, SoftmaxOutput(cfg), attention=True)
+
+
+MECHANISMS = (Mechanism("encdec", "Enc-Dec", build_encdec), Mechanism("rnnsearch", "RNNSearch", build_rnnsearch))

@@ -5,11 +5,22 @@ mechanism (``model.pointer_softmax``, ``model.wean`` ...). ``ModelConfig.from_di
 shared sizes and the sub-section of the mechanism being built, as ``options``; each mechanism
 turns its options into its own typed dataclass (an unknown key is an error there).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
-from pipeline.params import dataclass_from_dict
+T = TypeVar("T")
+
+
+def dataclass_from_dict(cls: type[T], d: dict, **extra) -> T:
+    """Build a config dataclass from a params slice; an unknown key is an error, not ignored."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} settings {unknown}; known: {sorted(known)}")
+    return cls(**{**d, **extra})
 
 
 @dataclass(frozen=True)
@@ -25,7 +36,7 @@ class ModelConfig:
     options: dict = field(default_factory=dict)  # the mechanism's own settings (model.<mechanism>)
 
     @classmethod
-    def from_dict(cls, d: dict, mechanism: str | None = None, **sizes) -> "ModelConfig":
+    def from_dict(cls, d: dict, mechanism: str | None = None, **sizes) -> ModelConfig:
         """Shared keys of ``d`` plus ``d[mechanism]`` as options (its shared keys override ``d``'s);
         other mechanisms' sections are skipped."""
         from models import MECHANISMS  # the known sub-section names
@@ -35,8 +46,10 @@ class ModelConfig:
         rest = {k: v for k, v in d.items() if k not in shared}
         unknown = sorted(k for k in rest if k not in MECHANISMS)
         if unknown:
-            raise ValueError(f"unknown model settings {unknown}; known: {sorted(shared)} "
-                             f"and one section per mechanism {sorted(MECHANISMS)}")
+            raise ValueError(
+                f"unknown model settings {unknown}; known: {sorted(shared)} "
+                f"and one section per mechanism {sorted(MECHANISMS)}"
+            )
         options = dict(rest.get(mechanism) or {}) if mechanism else {}
         # A shared key inside the mechanism's section (emb, hidden, dropout, ...) overrides the
         # shared value for that mechanism only: e.g. WEAN's 512/512 beside CopyNet's 350/500 on LCSTS.

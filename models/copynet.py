@@ -10,14 +10,23 @@
   zeta = 0 when y_{t-1} is not in the source. It is fed with e(y_{t-1}) into the state update.
 - Attentive read (eq. 3) as RNNSearch.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
-from pipeline.extended_vocab import NEG
+from models.extended import NEG
+from models.seq2seq import (
+    Mechanism,
+    OutputLayer,
+    Scores,
+    Seq2Seq,
+    State,
+    at_least_fp32,
+    shared_softmax,
+)
 
 
 class CopyNetOutput(OutputLayer):
@@ -70,3 +79,6 @@ class CopyNetOutput(OutputLayer):
 
 def build_copynet(cfg: ModelConfig) -> Seq2Seq:
     return Seq2Seq(cfg, CopyNetOutput(cfg), attention=True)
+
+
+MECHANISMS = (Mechanism("copynet", "CopyNet", build_copynet),)

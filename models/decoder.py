@@ -12,6 +12,7 @@ the context c_t (B, M) the output layer reads, and the attention weights (B, S) 
 State tensors are batch-first (beam search reorders dim 0): the LSTM's (L, B, H) states are kept
 as (B, L, H). ``static_keys`` name the entries fixed per source.
 """
+
 from __future__ import annotations
 
 import torch

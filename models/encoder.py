@@ -5,6 +5,7 @@ and a summary vector of the same size, so any output layer works over any encode
 - ``TransformerEncoder``: self-attention layers (Vaswani et al. 2017), beyond the seed papers.
 - Read-Again's encoders live in models/read_again.py (they need the raw embeddings twice).
 """
+
 from __future__ import annotations
 
 import math
@@ -54,15 +55,18 @@ class TransformerEncoder(nn.Module):
         if d_model % heads:
             raise ValueError(f"transformer_heads {heads} must divide the model size 2 * hidden = {d_model}")
         self.proj = nn.Linear(emb, d_model)
-        layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model, dropout=dropout,
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d_model, heads, dim_feedforward=4 * d_model, dropout=dropout, batch_first=True, norm_first=True
+        )
         self.layers = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(d_model), enable_nested_tensor=False)
         self.out_dim = d_model
 
     def forward(self, embedded: torch.Tensor, lengths: torch.Tensor, batch=None) -> tuple[torch.Tensor, torch.Tensor]:
         """embedded (B, S, E), lengths (B,) -> memory (B, S, 2H), summary (B, 2H)."""
         steps = embedded.size(1)
-        mask = torch.arange(steps, device=embedded.device).unsqueeze(0) < lengths.to(embedded.device).unsqueeze(1)  # (B, S)
+        mask = torch.arange(steps, device=embedded.device).unsqueeze(0) < lengths.to(embedded.device).unsqueeze(
+            1
+        )  # (B, S)
         x = self.proj(embedded) + sinusoid_positions(steps, self.out_dim, embedded.device)  # (B, S, 2H)
         memory = self.layers(x, src_key_padding_mask=~mask)  # (B, S, 2H)
         memory = memory.masked_fill(~mask.unsqueeze(-1), 0.0)

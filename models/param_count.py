@@ -15,9 +15,10 @@ Two counts per model:
 Table 5's WEAN figure is the concat score's count ("two parameter matrices and one parameter vector
 at most in Equation 5"); the paper's own choice, general, has E x E (65,536 at E = 256), dot 0.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -68,15 +69,26 @@ def paper_table5() -> list[dict]:
     ):
         common = {"dataset": dataset, "vocab": vocab, "hidden": dim, "emb": dim}
         for model, mechanism, options, (reported, formula, params) in (
-            ("Seq2seq", "luong", {}, seq2seq), ("WEAN", "wean", {"score": "concat"}, wean),
+            ("Seq2seq", "luong", {}, seq2seq),
+            ("WEAN", "wean", {"score": "concat"}, wean),
         ):
-            rows.append({**common, "model": model, "mechanism": mechanism, "options": options,
-                         "reported": reported, "formula": formula, "params": params})
+            rows.append(
+                {
+                    **common,
+                    "model": model,
+                    "mechanism": mechanism,
+                    "options": options,
+                    "reported": reported,
+                    "formula": formula,
+                    "params": params,
+                }
+            )
     return rows
 
 
-def output_layer_table(builders: dict[str, Callable[[ModelConfig], nn.Module]], sizes: dict,
-                       options: dict[str, dict] | None = None) -> list[dict]:
+def output_layer_table(
+    builders: dict[str, Callable[[ModelConfig], nn.Module]], sizes: dict, options: dict[str, dict] | None = None
+) -> list[dict]:
     """Build every model at ``sizes`` (ModelConfig fields: src_vocab, tgt_vocab, emb, hidden, ...)
     and count its output layer. ``options`` maps a builder's name to its ``model.<name>`` options.
 
@@ -90,8 +102,13 @@ def output_layer_table(builders: dict[str, Callable[[ModelConfig], nn.Module]], 
         cfg = ModelConfig(**sizes, options=dict(options.get(name, {})))
         with torch.device("meta"):
             model = build(cfg)
-        rows.append({"mechanism": name, **sizes,
-                     "output_layer": output_layer_parameters(model),
-                     "word_generator": word_generator_parameters(model),
-                     "total": sum(p.numel() for p in model.parameters())})
+        rows.append(
+            {
+                "mechanism": name,
+                **sizes,
+                "output_layer": output_layer_parameters(model),
+                "word_generator": word_generator_parameters(model),
+                "total": sum(p.numel() for p in model.parameters()),
+            }
+        )
     return rows

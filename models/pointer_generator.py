@@ -24,6 +24,7 @@ the pointer should see the word just emitted (y_{t-1} enters s_t): this module h
 recurrence stays the skeleton's GRU (See et al. use an LSTM) so mechanisms differ only in their
 output side; s_0 = tanh(W summary) as in the skeleton (See's code: ReLU of a linear map).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,10 +34,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from models.attention import BahdanauAttention
-from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32
-from pipeline.extended_vocab import NEG
-from pipeline.params import dataclass_from_dict
+from models.config import ModelConfig, dataclass_from_dict
+from models.extended import NEG
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,9 @@ class SeeDecoder(nn.Module):
     def forward(self, state: State, x: torch.Tensor):
         """x_t (B, In) -> s_t (B, H), h*_t (B, M), a^t (B, S), state updates."""
         s_t = self.cell(torch.cat([x, state["context"]], dim=-1), state["s"])  # (B, H)
-        context, weights = self.attention(s_t, state["keys"], state["memory"], state["src_mask"],
-                                          state.get("coverage"))  # eq. 1-3 / 11: (B, M), (B, S)
+        context, weights = self.attention(
+            s_t, state["keys"], state["memory"], state["src_mask"], state.get("coverage")
+        )  # eq. 1-3 / 11: (B, M), (B, S)
         updates = {"s": s_t, "context": context}
         if self.coverage:
             updates["coverage"] = state["coverage"] + weights  # c^{t+1} = c^t + a^t (eq. 10)
@@ -115,7 +116,9 @@ class PointerGeneratorOutput(OutputLayer):
         return Scores(torch.log_softmax(logits, dim=-1), log_gen, log_attn, log_copy, parts)
 
     def step_updates(self, scores: Scores) -> State:
-        updates = {"copy_logp": scores.copy_log_probs().squeeze(1)}  # (B, S) log (1 - p_gen) a_i^t: the heat map's copy mode
+        updates = {
+            "copy_logp": scores.copy_log_probs().squeeze(1)
+        }  # (B, S) log (1 - p_gen) a_i^t: the heat map's copy mode
         if self.coverage:
             updates["covloss"] = scores.parts["covloss"].squeeze(1)  # (B,)
         return updates
@@ -140,3 +143,6 @@ def build_pointer_generator(cfg: ModelConfig) -> Seq2Seq:
     opts = dataclass_from_dict(PointerGeneratorOptions, cfg.options)
     decoder = SeeDecoder(cfg.emb, cfg.hidden, 2 * cfg.hidden, opts.coverage)
     return Seq2Seq(cfg, PointerGeneratorOutput(cfg, opts), attention=True, decoder=decoder)
+
+
+MECHANISMS = (Mechanism("pointer_generator", "Pointer-generator + coverage", build_pointer_generator),)

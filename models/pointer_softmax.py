@@ -52,6 +52,7 @@ so that a decoded output does not depend on the rest of its batch), always withi
 It saves nothing here (the readout still scores every shortlist word), but it changes the model as
 in the paper: words outside a batch's vocabulary get probability 0 and, as targets, become <unk>.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,11 +62,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
-from pipeline.extended_vocab import NEG, gold_log_probs, pad_extended
-from pipeline.params import dataclass_from_dict
-from pipeline.vocab import PAD, SPECIALS, UNK
+from models.config import ModelConfig, dataclass_from_dict
+from models.extended import NEG, gold_log_probs, pad_extended
+from models.seq2seq import (
+    Mechanism,
+    OutputLayer,
+    Scores,
+    Seq2Seq,
+    State,
+    at_least_fp32,
+    gather_last,
+)
+from models.specials import PAD, SPECIALS, UNK
 
 SWITCHES = ("mlp", "noisy_residual")
 DECODES = ("marginal", "max")
@@ -176,8 +184,9 @@ class PointerSoftmaxOutput(OutputLayer):
         self.decode = opts.decode
         feat = cfg.hidden + (context_dim if context_dim is not None else 2 * cfg.hidden)  # [s_t; c_t]
         self.readout = nn.Linear(feat, self.limit)  # shortlist softmax logits, one row per shortlist id
-        self.switch = SwitchMLP(feat, opts.switch_hidden or cfg.hidden, opts.switch, opts.switch_bias,
-                                opts.noise_alpha, opts.noise_c)
+        self.switch = SwitchMLP(
+            feat, opts.switch_hidden or cfg.hidden, opts.switch, opts.switch_bias, opts.noise_alpha, opts.noise_c
+        )
 
     # -- state --------------------------------------------------------------------------------
 
@@ -210,8 +219,13 @@ class PointerSoftmaxOutput(OutputLayer):
         gen = gen.masked_fill(~view["ps_allowed"].unsqueeze(1), NEG)
         switch = self.opts.temperature * at_least_fp32(self.switch(feats))  # (B, T) T * f([h_t; c_t])
         log_d, log_1md = F.logsigmoid(switch), F.logsigmoid(-switch)  # log p(z_t = 1), log p(z_t = 0): eq. 8, 9
-        return Scores(torch.log_softmax(gen, dim=-1), log_d.unsqueeze(-1), self.log_location(view),
-                      log_1md.unsqueeze(-1), {"log_d": log_d, "log_1md": log_1md})
+        return Scores(
+            torch.log_softmax(gen, dim=-1),
+            log_d.unsqueeze(-1),
+            self.log_location(view),
+            log_1md.unsqueeze(-1),
+            {"log_d": log_d, "log_1md": log_1md},
+        )
 
     @staticmethod
     def log_location(view: State) -> torch.Tensor:
@@ -247,8 +261,15 @@ class PointerSoftmaxOutput(OutputLayer):
 
     def step_log_likelihood(self, log_probs: torch.Tensor, state: State, target: torch.Tensor) -> torch.Tensor:
         """log p(y_t), the marginal, also when search ranks by the best derivation (``decode: max``)."""
-        return gold_log_probs(state["ps_log_w"], state["ps_log_d"].unsqueeze(-1), state["ps_log_l"],
-                              state["ps_log_1md"].unsqueeze(-1), state["src_ext"], state["src_mask"], target)
+        return gold_log_probs(
+            state["ps_log_w"],
+            state["ps_log_d"].unsqueeze(-1),
+            state["ps_log_l"],
+            state["ps_log_1md"].unsqueeze(-1),
+            state["src_ext"],
+            state["src_mask"],
+            target,
+        )
 
     # -- training objective -------------------------------------------------------------------
 
@@ -270,9 +291,17 @@ class PointerSoftmaxOutput(OutputLayer):
             return batch.tgt_switch[:, t], batch.tgt_pointer[:, t]
         return self.rule_switch(state, target)
 
-    def joint_log_likelihood(self, log_d: torch.Tensor, log_1md: torch.Tensor, log_w: torch.Tensor,
-                             log_l: torch.Tensor, target: torch.Tensor, pointed: torch.Tensor,
-                             pointer: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def joint_log_likelihood(
+        self,
+        log_d: torch.Tensor,
+        log_1md: torch.Tensor,
+        log_w: torch.Tensor,
+        log_l: torch.Tensor,
+        target: torch.Tensor,
+        pointed: torch.Tensor,
+        pointer: torch.Tensor,
+        allowed: torch.Tensor,
+    ) -> torch.Tensor:
         """log p(y_t, z_t) with z_t observed (eq. 6-7, 10), for targets of any shape (B, ...):
         log d_t + log w_t[y_t] on the shortlist side (log_w (B, ..., V)), log(1 - d_t) +
         log l_t[pointer] (log_l (B, ..., S)) when pointed; allowed (B, V)."""
@@ -293,8 +322,16 @@ class PointerSoftmaxOutput(OutputLayer):
     def gold_score(self, log_probs: torch.Tensor, state: State, target: torch.Tensor, t: int, batch) -> torch.Tensor:
         """Stepwise: log p(y_t, z_t) of step t, (B,)."""
         pointed, pointer = self.observed_switch(state, target, t, batch)
-        return self.joint_log_likelihood(state["ps_log_d"], state["ps_log_1md"], state["ps_log_w"],
-                                         state["ps_log_l"], target, pointed, pointer, state["ps_allowed"])
+        return self.joint_log_likelihood(
+            state["ps_log_d"],
+            state["ps_log_1md"],
+            state["ps_log_w"],
+            state["ps_log_l"],
+            target,
+            pointed,
+            pointer,
+            state["ps_allowed"],
+        )
 
     def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
         """log p(y_t, z_t) for every step (B, T) when ``objective``, else the marginal log p(y_t)."""
@@ -305,8 +342,9 @@ class PointerSoftmaxOutput(OutputLayer):
         else:
             pointed, pointer = self.rule_switch(view, target)
         parts = scores.parts
-        return self.joint_log_likelihood(parts["log_d"], parts["log_1md"], scores.gen, scores.copy,
-                                         target, pointed, pointer, view["ps_allowed"])
+        return self.joint_log_likelihood(
+            parts["log_d"], parts["log_1md"], scores.gen, scores.copy, target, pointed, pointer, view["ps_allowed"]
+        )
 
 
 def paper_decision(state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -324,3 +362,6 @@ def build_pointer_softmax(cfg: ModelConfig) -> Seq2Seq:
     """Bahdanau encoder-decoder (section 3) with the pointer softmax output layer (section 4)."""
     opts = dataclass_from_dict(PointerSoftmaxOptions, cfg.options)
     return Seq2Seq(cfg, PointerSoftmaxOutput(cfg, opts), attention=True)
+
+
+MECHANISMS = (Mechanism("pointer_softmax", "Pointer Softmax", build_pointer_softmax),)

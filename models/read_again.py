@@ -42,6 +42,7 @@ scores under one shared normaliser (CopyNet eq. 4-8): psi_g(y) = w_y^T s_t for y
 psi_c(i) = tanh(W h_i^2)^T s_t for each source position, p(y) = (exp psi_g(y) [y in Y] +
 sum_{i: x_i = y} exp psi_c(i)) / Z, in log space via pipeline.extended_vocab.mix_scores.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,11 +53,18 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from models.attention import BahdanauAttention
-from models.config import ModelConfig
-from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
-from pipeline.extended_vocab import NEG
-from pipeline.params import dataclass_from_dict
-from pipeline.vocab import PAD, SPECIALS, UNK
+from models.config import ModelConfig, dataclass_from_dict
+from models.extended import NEG
+from models.seq2seq import (
+    Mechanism,
+    OutputLayer,
+    Scores,
+    Seq2Seq,
+    State,
+    at_least_fp32,
+    shared_softmax,
+)
+from models.specials import PAD, SPECIALS, UNK
 
 CELLS = ("gru", "lstm")
 SENTENCE_MODES = ("single", "opt1", "opt2")
@@ -131,8 +139,9 @@ def run_packed(rnn: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> tuple[
     """
     rows, steps = x.shape[:2]
     live = (lengths > 0).nonzero().squeeze(1)  # (N',)
-    packed = pack_padded_sequence(x.index_select(0, live), lengths.index_select(0, live).cpu(),
-                                  batch_first=True, enforce_sorted=False)
+    packed = pack_padded_sequence(
+        x.index_select(0, live), lengths.index_select(0, live).cpu(), batch_first=True, enforce_sorted=False
+    )
     out, last = rnn(packed)
     last = last[0] if isinstance(last, tuple) else last  # LSTM: (h_n, c_n)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=steps)  # (N', S, H)
@@ -174,8 +183,14 @@ class ReadAgainEncoder(nn.Module):
         if self.k == 1 or batch is None:
             return torch.zeros_like(mask, dtype=torch.long)
         steps = mask.size(1)
-        ends = torch.tensor([[tok in self.ends for tok in row[:steps]] + [False] * (steps - len(row[:steps]))
-                             for row in batch.src_tokens], dtype=torch.long, device=mask.device)  # (B, S)
+        ends = torch.tensor(
+            [
+                [tok in self.ends for tok in row[:steps]] + [False] * (steps - len(row[:steps]))
+                for row in batch.src_tokens
+            ],
+            dtype=torch.long,
+            device=mask.device,
+        )  # (B, S)
         return (ends.cumsum(dim=1) - ends).clamp(max=self.k - 1)
 
     def global_vectors(self, last1: torch.Tensor) -> torch.Tensor:
@@ -315,11 +330,22 @@ def build_read_again(cfg: ModelConfig) -> Seq2Seq:
     """Read-Again encoder (3.1) + LSTM attention decoder with copy and OOV embeddings (3.2)."""
     opts = dataclass_from_dict(ReadAgainOptions, cfg.options)
     if cfg.encoder != "bigru":
-        raise ValueError(f"read_again has its own encoder (section 3.1); model.encoder {cfg.encoder!r} "
-                         "cannot apply (leave it at 'bigru')")
+        raise ValueError(
+            f"read_again has its own encoder (section 3.1); model.encoder {cfg.encoder!r} "
+            "cannot apply (leave it at 'bigru')"
+        )
     k = min(opts.decoder_vocab or cfg.tgt_vocab, cfg.tgt_vocab)
     encoder = ReadAgainEncoder(cfg.emb, 2 * cfg.hidden, opts)
     output = ReadAgainOutput(cfg, k, encoder.out_dim)
     decoder = ReadAgainDecoder(cfg.emb, cfg.hidden, encoder.out_dim) if opts.decoder == "lstm" else None
-    return Seq2Seq(cfg, output, attention=True, encoder=encoder, decoder=decoder,
-                   tgt_emb=ShortlistEmbedding(k, cfg.emb, padding_idx=PAD))
+    return Seq2Seq(
+        cfg,
+        output,
+        attention=True,
+        encoder=encoder,
+        decoder=decoder,
+        tgt_emb=ShortlistEmbedding(k, cfg.emb, padding_idx=PAD),
+    )
+
+
+MECHANISMS = (Mechanism("read_again", "Read-Again + copy", build_read_again),)

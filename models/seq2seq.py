@@ -39,8 +39,10 @@ eq. 10); a mechanism whose paper trains another per-step objective overrides it 
 Softmax: log p(y_t, z_t), with the switch z_t observed; coverage: minus the coverage penalty).
 Validation (eval mode) always scores log p(y_t), the same quantity for every mechanism.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -50,8 +52,13 @@ from torch.nn import functional as F
 from models.config import ModelConfig
 from models.decoder import BahdanauDecoder
 from models.encoder import make_encoder
-from pipeline.extended_vocab import NEG, extended_log_probs, gold_log_probs, shared_normaliser
-from pipeline.vocab import BOS, PAD, UNK
+from models.extended import (
+    NEG,
+    extended_log_probs,
+    gold_log_probs,
+    shared_normaliser,
+)
+from models.specials import BOS, PAD, UNK
 
 State = dict[str, torch.Tensor | int]
 
@@ -126,8 +133,9 @@ class OutputLayer(nn.Module):
 
     def distribution(self, scores: Scores, view: State) -> torch.Tensor:
         """log p over the extended vocabulary V + X, (B, T, V + X), as search ranks it."""
-        return extended_log_probs(scores.gen, scores.gen_shift, scores.copy, scores.copy_shift,
-                                  view.get("src_ext"), view["n_ext"])
+        return extended_log_probs(
+            scores.gen, scores.gen_shift, scores.copy, scores.copy_shift, view.get("src_ext"), view["n_ext"]
+        )
 
     def step_updates(self, scores: Scores) -> State:
         """State entries a search step keeps from its (T = 1) scores, (B, ...) each."""
@@ -155,8 +163,9 @@ class OutputLayer(nn.Module):
     def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
         """Per-token objective (B, T) from the scores of all steps: ``objective`` True: the training
         objective (default log p(y_t), CopyNet eq. 10); False: log p(y_t)."""
-        return gold_log_probs(scores.gen, scores.gen_shift, scores.copy, scores.copy_shift,
-                              view["src_ext"], view["src_mask"], target)
+        return gold_log_probs(
+            scores.gen, scores.gen_shift, scores.copy, scores.copy_shift, view["src_ext"], view["src_mask"], target
+        )
 
     def unemittable_bias(self, size: int, like: torch.Tensor) -> torch.Tensor:
         """(size,) 0, or NEG for <pad>, <s> and words past the shortlist: added to scores over V, it
@@ -191,16 +200,27 @@ class Seq2Seq(nn.Module):
     # because a beam's hypotheses always share their source.
     STATIC_KEYS = frozenset({"memory", "src_mask", "src_ext", "n_ext"})
 
-    def __init__(self, cfg: ModelConfig, output_layer: OutputLayer, attention: bool = True,
-                 encoder: nn.Module | None = None, decoder: nn.Module | None = None,
-                 tgt_emb: nn.Embedding | None = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        output_layer: OutputLayer,
+        attention: bool = True,
+        encoder: nn.Module | None = None,
+        decoder: nn.Module | None = None,
+        tgt_emb: nn.Embedding | None = None,
+    ):
         super().__init__()
         self.cfg = cfg
         self.src_emb = nn.Embedding(cfg.src_vocab, cfg.emb, padding_idx=PAD)
         self.tgt_emb = tgt_emb if tgt_emb is not None else nn.Embedding(cfg.tgt_vocab, cfg.emb, padding_idx=PAD)
         self.encoder = encoder if encoder is not None else make_encoder(cfg)
-        self.decoder = decoder if decoder is not None else BahdanauDecoder(
-            self.tgt_emb.embedding_dim + output_layer.extra_input_dim, cfg.hidden, self.encoder.out_dim, attention)
+        self.decoder = (
+            decoder
+            if decoder is not None
+            else BahdanauDecoder(
+                self.tgt_emb.embedding_dim + output_layer.extra_input_dim, cfg.hidden, self.encoder.out_dim, attention
+            )
+        )
         self.output = output_layer
         self.static_state_keys = self.STATIC_KEYS | self.decoder.static_keys | output_layer.static_keys
         self.drop = nn.Dropout(cfg.dropout)
@@ -249,8 +269,9 @@ class Seq2Seq(nn.Module):
         limit = self.output.shortlist or self.cfg.tgt_vocab
         unreachable = target >= limit
         if self.output.can_copy:
-            in_src = ((target.unsqueeze(2) == batch.src_ext.unsqueeze(1))
-                      & (batch.src_ext != PAD).unsqueeze(1)).any(dim=2)  # (B, T)
+            in_src = ((target.unsqueeze(2) == batch.src_ext.unsqueeze(1)) & (batch.src_ext != PAD).unsqueeze(1)).any(
+                dim=2
+            )  # (B, T)
             unreachable = unreachable & ~in_src
         return target.masked_fill(unreachable, UNK)
 
@@ -271,7 +292,9 @@ class Seq2Seq(nn.Module):
             if attn is not None:
                 view["attn"] = attn
             return view
-        steps: dict[str, list[torch.Tensor]] = {key: [] for key in ("s", "context", "attn", "x", *self.output.sequence_keys)}
+        steps: dict[str, list[torch.Tensor]] = {
+            key: [] for key in ("s", "context", "attn", "x", *self.output.sequence_keys)
+        }
         for t in range(tgt_in.size(1)):
             for key in self.output.sequence_keys:
                 steps[key].append(state[key])  # before this step's update (e.g. coverage c^t)
@@ -314,3 +337,12 @@ class Seq2Seq(nn.Module):
             else:  # evaluation: log p(y_t) itself, so validation loss compares across mechanisms
                 gold.append(self.output.step_log_likelihood(log_probs, state, target[:, t]))
         return torch.stack(gold, dim=1)  # (B, T)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A mechanism as a plug-in declares it: ``MECHANISMS = (Mechanism(...), ...)`` in its module."""
+
+    name: str  # the params.yaml name (``mechanisms: [...]``, ``model.<name>`` options section)
+    display: str  # the name the comparison tables print (the paper's)
+    build: Callable[[ModelConfig], Seq2Seq]

@@ -36,6 +36,7 @@ get NEG (``pad_extended``), so a source-only word can only come out as <unk>.
 No biases anywhere in the output layers: eq. 3-5 have none, and Table 5's arithmetic counts
 "two parameter matrices and one parameter vector at most".
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,14 +46,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from models.config import ModelConfig
+from models.config import ModelConfig, dataclass_from_dict
 from models.decoder import LuongDecoder
 from models.encoder import make_encoder
+from models.extended import NEG
 from models.param_count import output_layer_parameters, word_generator_parameters
-from models.seq2seq import OutputLayer, Scores, Seq2Seq, State, at_least_fp32
-from pipeline.extended_vocab import NEG
-from pipeline.params import dataclass_from_dict
-from pipeline.vocab import PAD, SPECIALS
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from models.specials import PAD, SPECIALS
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +156,12 @@ class WEANOutput(_QueryOutput):
         w_e_keys = self.w_e(keys)  # (n, E): depends on the embeddings only, not on the batch
         queries = self.w_q(q).reshape(-1, q.size(-1))  # (N, E)
         rows = max(1, CONCAT_CHUNK // w_e_keys.numel())
-        chunks = [checkpoint(self._concat_chunk, queries[i : i + rows], w_e_keys, use_reentrant=False)
-                  if torch.is_grad_enabled() else self._concat_chunk(queries[i : i + rows], w_e_keys)
-                  for i in range(0, queries.size(0), rows)]
+        chunks = [
+            checkpoint(self._concat_chunk, queries[i : i + rows], w_e_keys, use_reentrant=False)
+            if torch.is_grad_enabled()
+            else self._concat_chunk(queries[i : i + rows], w_e_keys)
+            for i in range(0, queries.size(0), rows)
+        ]
         return torch.cat(chunks).view(*q.shape[:-1], -1)  # (..., n)
 
     def _concat_chunk(self, queries: torch.Tensor, w_e_keys: torch.Tensor) -> torch.Tensor:
@@ -186,8 +189,12 @@ def _luong_skeleton(cfg: ModelConfig, layers: int) -> tuple[nn.Module, LuongDeco
 
 def _log_sizes(name: str, model: Seq2Seq) -> None:
     """Section 4.1 / Table 5: the output layer's size is logged whenever a model is built."""
-    log.info("%s output layer: %d parameters (%d in the word generator, WEAN Table 5 convention)",
-             name, output_layer_parameters(model), word_generator_parameters(model))
+    log.info(
+        "%s output layer: %d parameters (%d in the word generator, WEAN Table 5 convention)",
+        name,
+        output_layer_parameters(model),
+        word_generator_parameters(model),
+    )
 
 
 def build_wean(cfg: ModelConfig) -> Seq2Seq:
@@ -204,7 +211,11 @@ def build_luong(cfg: ModelConfig) -> Seq2Seq:
     """The paper's Seq2seq: the same encoder and Luong decoder, a plain softmax output (eq. 3)."""
     opts = dataclass_from_dict(LuongOptions, cfg.options)
     encoder, decoder, tgt_emb = _luong_skeleton(cfg, opts.layers)
-    model = Seq2Seq(cfg, LuongOutput(cfg, decoder.context_dim, opts.candidates),
-                    encoder=encoder, decoder=decoder, tgt_emb=tgt_emb)
+    model = Seq2Seq(
+        cfg, LuongOutput(cfg, decoder.context_dim, opts.candidates), encoder=encoder, decoder=decoder, tgt_emb=tgt_emb
+    )
     _log_sizes("Seq2seq (Luong)", model)
     return model
+
+
+MECHANISMS = (Mechanism("luong", "Seq2seq (Luong)", build_luong), Mechanism("wean", "WEAN", build_wean))

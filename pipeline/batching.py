@@ -2,6 +2,7 @@
 
 The shard table stays in Arrow (memory-mapped); only the rows of one batch become Python lists.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -37,13 +38,13 @@ class Batch:
 
     TENSORS = ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch")
 
-    def _map(self, fn) -> "Batch":
+    def _map(self, fn) -> Batch:
         return replace(self, **{k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in self.TENSORS})
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         """Page-locked copies (DataLoader ``pin_memory=True`` calls this), for asynchronous copies to CUDA."""
         return self._map(lambda t: t.pin_memory())
 
@@ -88,9 +89,12 @@ def collate(
         # A pointer cut off by max_src_len points nowhere: switch off (the word is then <unk> on the
         # shortlist side, as without annotations); an annotated -1 keeps its switch.
         cut = [[p >= len(s) for p in ptr] for ptr, s in zip(pointers, src)]
-        tgt_pointer = _pad([[-1 if c else p for p, c in zip(ptr, cs)] + [-1] for ptr, cs in zip(pointers, cut)], value=-1)
-        tgt_switch = _pad([[int(z and not c) for z, c in zip(sw, cs)] + [0] for sw, cs in zip(switches, cut)],
-                          value=0).bool()
+        tgt_pointer = _pad(
+            [[-1 if c else p for p, c in zip(ptr, cs)] + [-1] for ptr, cs in zip(pointers, cut)], value=-1
+        )
+        tgt_switch = _pad(
+            [[int(z and not c) for z, c in zip(sw, cs)] + [0] for sw, cs in zip(switches, cut)], value=0
+        ).bool()
     return Batch(
         src=_pad([src_vocab.encode(s) for s in src]),
         src_len=torch.tensor([len(s) for s in src], dtype=torch.long),
@@ -108,19 +112,39 @@ def collate(
     )
 
 
-def batch_from_rows(table: pa.Table, rows: list[int], src_vocab: Vocab, tgt_vocab: Vocab,
-                    extra_columns: tuple[str, ...] = (), max_src_len: int | None = None) -> Batch:
+def batch_from_rows(
+    table: pa.Table,
+    rows: list[int],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    extra_columns: tuple[str, ...] = (),
+    max_src_len: int | None = None,
+) -> Batch:
     part = table.take(pa.array(rows, type=pa.int64()))
     extra = {c: part.column(c).to_pylist() for c in extra_columns if c in part.column_names}
     annotated = "tgt_pointer" in part.column_names and "tgt_switch" in part.column_names
-    return collate(part.column("src").to_pylist(), part.column("tgt").to_pylist(), src_vocab, tgt_vocab,
-                   ids=part.column("id").to_pylist(), extra=extra, max_src_len=max_src_len,
-                   pointers=part.column("tgt_pointer").to_pylist() if annotated else None,
-                   switches=part.column("tgt_switch").to_pylist() if annotated else None)
+    return collate(
+        part.column("src").to_pylist(),
+        part.column("tgt").to_pylist(),
+        src_vocab,
+        tgt_vocab,
+        ids=part.column("id").to_pylist(),
+        extra=extra,
+        max_src_len=max_src_len,
+        pointers=part.column("tgt_pointer").to_pylist() if annotated else None,
+        switches=part.column("tgt_switch").to_pylist() if annotated else None,
+    )
 
 
-def token_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_size: int, max_tokens: int | None = None,
-                  shuffle: bool = False, seed: int = 0, bucket: int = 50) -> list[np.ndarray]:
+def token_batches(
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    batch_size: int,
+    max_tokens: int | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    bucket: int = 50,
+) -> list[np.ndarray]:
     """Row indices grouped into batches of similar length (less padding), as fairseq's batches.
 
     Rows are shuffled (by ``seed``), cut into blocks of ``bucket`` x ``batch_size`` rows, each block
@@ -144,7 +168,9 @@ def token_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_size: int, max
     return batches
 
 
-def _cut(rows: np.ndarray, src: np.ndarray, tgt: np.ndarray, batch_size: int, max_tokens: int | None) -> list[np.ndarray]:
+def _cut(
+    rows: np.ndarray, src: np.ndarray, tgt: np.ndarray, batch_size: int, max_tokens: int | None
+) -> list[np.ndarray]:
     """Greedy cut of length-sorted rows under the row and padded-token budgets."""
     if max_tokens is None:
         return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]

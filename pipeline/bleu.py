@@ -7,9 +7,10 @@ zero matches gives BLEU 0). sacrebleu 2.6 with ``tokenize="none"``, ``smooth_met
 ``force=True`` (the input *is* tokenised) computes the same statistics; multi-bleu.perl then
 prints the score rounded to 2 decimals, we return it unrounded.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU
 

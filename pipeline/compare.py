@@ -9,6 +9,7 @@ Published rows come from ``pipeline.paper_results``; ``compare.paper_tables`` ma
 id to the split of ours it is printed under (e.g. ``readagain_duc2004: duc2004``). A paper row
 shows the paper's own columns; a column we do not compute is '-' in our rows.
 """
+
 from __future__ import annotations
 
 from pipeline.paper_results import PAPER_TABLES
@@ -33,24 +34,32 @@ def accuracy_rows(metrics: dict[str, dict], split: str, columns: list[str], key:
 
 def metric_rows(metrics: dict[str, dict], split: str, columns: list[str]) -> dict[str, dict]:
     """{mechanism: {metric: value}} for a text-metric split."""
-    return {mech: {c: m[split].get(c) for c in columns}
-            for mech, m in metrics.items() if m.get(split) and "skipped" not in m[split]}
+    return {
+        mech: {c: m[split].get(c) for c in columns}
+        for mech, m in metrics.items()
+        if m.get(split) and "skipped" not in m[split]
+    }
 
 
-def markdown_table(rows: dict[str, dict], columns: list[str], display: dict[str, str],
-                   paper: dict | None = None, digits: int = 1) -> str:
+def markdown_table(
+    rows: dict[str, dict], columns: list[str], display: dict[str, str], paper: dict | None = None, digits: int = 1
+) -> str:
     """Our rows, then the paper's (only the mechanisms we ran, plus its other systems)."""
     lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     for mech, values in rows.items():
-        lines.append(f"| {display.get(mech, mech)} (ours) | "
-                     + " | ".join(_fmt(values.get(c), digits) for c in columns) + " |")
+        lines.append(
+            f"| {display.get(mech, mech)} (ours) | " + " | ".join(_fmt(values.get(c), digits) for c in columns) + " |"
+        )
     if paper:
         digits = paper.get("decimals", digits)
         for mech, values in paper["rows"].items():
             if mech in rows or mech not in display or not rows:
                 named = dict(zip(paper["columns"], values))
-                lines.append(f"| {paper.get('labels', {}).get(mech) or display.get(mech, mech)} (paper) | "
-                             + " | ".join(_fmt(named.get(c), digits) for c in columns) + " |")
+                lines.append(
+                    f"| {paper.get('labels', {}).get(mech) or display.get(mech, mech)} (paper) | "
+                    + " | ".join(_fmt(named.get(c), digits) for c in columns)
+                    + " |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -58,15 +67,19 @@ def _paper_note(paper: dict) -> str:
     note = f"Published rows: {paper['source']}"
     if paper.get("note"):
         note += f" ({paper['note']})"
-    return note + ". They were trained on the papers' full data at the papers' sizes; ours at the sizes in params.yaml.\n"
+    return (
+        note + ". They were trained on the papers' full data at the papers' sizes; ours at the sizes in params.yaml.\n"
+    )
 
 
-def comparison_markdown(task: str, metrics: dict[str, dict], cfg: dict, display: dict[str, str],
-                        metric_kinds: dict[str, str]) -> str:
+def comparison_markdown(
+    task: str, metrics: dict[str, dict], cfg: dict, display: dict[str, str], metric_kinds: dict[str, str]
+) -> str:
     """The whole comparison page for one task (``cfg``: the task's effective ``compare`` section)."""
     splits = [s for s in cfg.get("splits", ["test"]) if any(s in m for m in metrics.values())]
-    tables = {split: [PAPER_TABLES[t] for t, s in (cfg.get("paper_tables") or {}).items() if s == split]
-              for split in splits}
+    tables = {
+        split: [PAPER_TABLES[t] for t, s in (cfg.get("paper_tables") or {}).items() if s == split] for split in splits
+    }
     out = [f"# {task}: comparison\n"]
     for split in splits:
         kind = metric_kinds.get(split, "exact_match")
@@ -78,7 +91,7 @@ def comparison_markdown(task: str, metrics: dict[str, dict], cfg: dict, display:
                 rows = accuracy_rows(metrics, split, cfg.get("columns", []), key)
                 if not rows:
                     continue
-                for paper in (papers if key == "top1" else [None]):
+                for paper in papers if key == "top1" else [None]:
                     out.append(f"\n## {split}: exact-match accuracy, {key} (%)\n\n")
                     if paper:
                         out.append(_paper_note(paper) + "\n")
@@ -94,8 +107,14 @@ def comparison_markdown(task: str, metrics: dict[str, dict], cfg: dict, display:
             if paper:
                 out.append(_paper_note(paper) + "\n")
             out.append(markdown_table(rows, columns, display, paper, digits=2))
-    skipped = sorted({f"{split}: {m[split]['skipped']}" for m in metrics.values() for split in m
-                      if isinstance(m[split], dict) and "skipped" in m[split]})
+    skipped = sorted(
+        {
+            f"{split}: {m[split]['skipped']}"
+            for m in metrics.values()
+            for split in m
+            if isinstance(m[split], dict) and "skipped" in m[split]
+        }
+    )
     if skipped:
         out.append("\nNot evaluated: " + "; ".join(skipped) + "\n")
     return "".join(out)

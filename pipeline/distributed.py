@@ -9,6 +9,7 @@ Each rank trains on its own share of every epoch's batches (``shard_batches``); 
 is normalised by the token count summed over all ranks, so DDP's gradient average equals the
 gradient of one process on the combined batch.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,14 @@ class DistContext:
         return self.world > 1
 
 
+ONE_PROCESS = DistContext()  # the default: no process group
+
+
 def init_from_env(device_type: str) -> DistContext:
     """Join the process group torchrun set up (nccl on CUDA, gloo on the CPU); one process: no group."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return DistContext()
+        return ONE_PROCESS
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
     ctx = DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
@@ -66,8 +70,14 @@ def shard_batches(batches: list, ctx: DistContext) -> list:
     return batches[ctx.rank : usable : ctx.world]
 
 
-def torchrun_command(module: str, args: list[str], nproc: int, nnodes: int = 1,
-                     rdzv_endpoint: str | None = None, rdzv_id: str = "copyseq") -> list[str]:
+def torchrun_command(
+    module: str,
+    args: list[str],
+    nproc: int,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str = "copyseq",
+) -> list[str]:
     """``python -m torch.distributed.run`` (torchrun) running ``python -m module args`` on every process.
 
     One machine: a standalone rendezvous on a free local port. Several machines: run the same command

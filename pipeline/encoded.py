@@ -17,6 +17,7 @@ Encoding is vectorised with pyarrow/numpy over whole shard parts (no Python loop
 part is read memory-mapped and written before the next one is read, so memory stays flat in the
 corpus size. ``EncodedSplit`` memory-maps the parts back and builds padded batches for any row set.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,8 +36,12 @@ POINTER_COLUMNS = ("tgt_pointer", "tgt_switch")
 
 
 def encoded_schema(annotated: bool) -> pa.Schema:
-    fields = [pa.field("id", pa.string()), pa.field("src", pa.list_(pa.int32())),
-              pa.field("src_ext", pa.list_(pa.int32())), pa.field("tgt", pa.list_(pa.int32()))]
+    fields = [
+        pa.field("id", pa.string()),
+        pa.field("src", pa.list_(pa.int32())),
+        pa.field("src_ext", pa.list_(pa.int32())),
+        pa.field("tgt", pa.list_(pa.int32())),
+    ]
     if annotated:
         fields += [pa.field("tgt_pointer", pa.list_(pa.int32())), pa.field("tgt_switch", pa.list_(pa.bool_()))]
     return pa.schema(fields)
@@ -73,7 +78,7 @@ def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab) -> pa.Tabl
 
     # One dictionary over source and target words, so a word has the same code on both sides.
     codes = np.asarray(pc.dictionary_encode(pa.concat_arrays([src_values, tgt_values])).indices, dtype=np.int64)
-    src_codes, tgt_codes = codes[: len(src_values)], codes[len(src_values):]
+    src_codes, tgt_codes = codes[: len(src_values)], codes[len(src_values) :]
     n_codes = int(codes.max()) + 1 if len(codes) else 1
     src_rows, tgt_rows = _row_of(src_off), _row_of(tgt_off)
 
@@ -101,15 +106,23 @@ def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab) -> pa.Tabl
     if len(missing):
         keys = tgt_rows[missing] * n_codes + tgt_codes[missing]
         at = np.searchsorted(oov_keys, keys)
-        found = (at < len(oov_keys)) & (oov_keys[np.minimum(at, len(oov_keys) - 1)] == keys) if len(oov_keys) else np.zeros(len(keys), bool)
+        found = (
+            (at < len(oov_keys)) & (oov_keys[np.minimum(at, len(oov_keys) - 1)] == keys)
+            if len(oov_keys)
+            else np.zeros(len(keys), bool)
+        )
         tgt_ext[missing] = np.where(found, size + oov_rank[np.minimum(at, max(len(oov_keys) - 1, 0))], UNK)
     src_ids[src_ids < 0] = UNK
 
     def lists(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values.astype(np.int32)))
 
-    columns = {"id": table.column("id"), "src": lists(src_off, src_ids), "src_ext": lists(src_off, src_ext),
-               "tgt": lists(tgt_off, tgt_ext)}
+    columns = {
+        "id": table.column("id"),
+        "src": lists(src_off, src_ids),
+        "src_ext": lists(src_off, src_ext),
+        "tgt": lists(tgt_off, tgt_ext),
+    }
     annotated = all(c in table.column_names for c in POINTER_COLUMNS)
     if annotated:
         columns.update({c: table.column(c) for c in POINTER_COLUMNS})
@@ -130,8 +143,12 @@ def write_encoded_split(split_dir: str | Path, out_dir: str | Path, src_vocab: V
         raise ValueError(f"{split_dir}: the manifest lists no parts")
     with pa.memory_map(str(split_dir / manifest["parts"][0]["file"]), "r") as source:
         names = pa.ipc.open_file(source).schema.names
-    params = {"source_split": split_dir.name, "source_content_sha256": manifest.get("content_sha256"),
-              "src_vocab": len(src_vocab), "tgt_vocab": len(tgt_vocab)}
+    params = {
+        "source_split": split_dir.name,
+        "source_content_sha256": manifest.get("content_sha256"),
+        "src_vocab": len(src_vocab),
+        "tgt_vocab": len(tgt_vocab),
+    }
     with ShardWriter(out_dir, encoded_schema(all(c in names for c in POINTER_COLUMNS)), params=params) as writer:
         for part in manifest["parts"]:
             writer.write_table(encode_table(_read_part(split_dir / part["file"]), src_vocab, tgt_vocab))
@@ -149,40 +166,63 @@ class EncodedSplit:
         self.vocab = tgt_vocab_size
         self.max_src_len = max_src_len
         self.manifest = read_manifest(self.split_dir)
-        self._table: pa.Table | None = None
+        self.bounds = np.cumsum(
+            [0] + [part["rows"] for part in self.manifest["parts"]]
+        )  # (parts + 1,) first row of each
+        self._parts: list[pa.Table] | None = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_table": None}
+        return {**self.__dict__, "_parts": None}
 
     @property
-    def table(self) -> pa.Table:
-        if self._table is None:
-            tables = []
+    def parts(self) -> list[pa.Table]:
+        """The memory-mapped part tables (one Arrow chunk per column each), opened on first use."""
+        if self._parts is None:
+            self._parts = []
             for part in self.manifest["parts"]:
                 source = pa.memory_map(str(self.split_dir / part["file"]), "r")
-                tables.append(pa.ipc.open_file(source).read_all())
-            self._table = pa.concat_tables(tables)
-        return self._table
+                self._parts.append(pa.ipc.open_file(source).read_all())
+        return self._parts
 
     def __len__(self) -> int:
         return int(self.manifest["rows"])
 
     @property
     def annotated(self) -> bool:
-        return all(c in self.table.column_names for c in POINTER_COLUMNS)
+        return all(c in self.parts[0].column_names for c in POINTER_COLUMNS)
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        """(source length as batched (<= max_src_len, >= 1), target length + 1 for </s>) per row."""
-        src = np.asarray(pc.list_value_length(self.table.column("src")).to_numpy(zero_copy_only=False), dtype=np.int64)
-        tgt = np.asarray(pc.list_value_length(self.table.column("tgt")).to_numpy(zero_copy_only=False), dtype=np.int64)
+        """(source length as batched (<= max_src_len, >= 1), target length + 1 for </s>) per row, int32,
+        read from the list offsets of each part (no list values are touched)."""
+
+        def length(column: str) -> np.ndarray:
+            return np.concatenate(
+                [np.diff(np.asarray(part.column(column).chunk(0).offsets, dtype=np.int32)) for part in self.parts]
+            )
+
+        src, tgt = length("src"), length("tgt")
         if self.max_src_len:
             src = np.minimum(src, self.max_src_len)
         return np.maximum(src, 1), tgt + 1
 
+    def take(self, rows: np.ndarray) -> pa.Table:
+        """The given rows, in that order, taken part by part: ``Table.take`` on the concatenated parts
+        would first combine each column's chunks, i.e. copy the whole split into memory."""
+        rows = np.asarray(rows, dtype=np.int64)
+        part_of = np.searchsorted(self.bounds, rows, side="right") - 1  # (N,)
+        order = np.argsort(part_of, kind="stable")  # rows grouped by part
+        pieces = [
+            self.parts[p].take(pa.array(rows[order][part_of[order] == p] - self.bounds[p])) for p in np.unique(part_of)
+        ]
+        grouped = pa.concat_tables(pieces).combine_chunks()  # N rows only
+        back = np.empty_like(order)
+        back[order] = np.arange(len(rows))
+        return grouped.take(pa.array(back))  # the requested order
+
     def batch(self, rows: np.ndarray, source_tokens: Vocab | None = None) -> Batch:
         """Rows (N,) -> Batch (no string work; ``source_tokens``: also give the source words, read from
         the source vocabulary, for a model that reads them, e.g. Read-Again's sentence ends)."""
-        part = self.table.take(pa.array(np.asarray(rows, dtype=np.int64)))
+        part = self.take(rows)
         src, src_len = _padded(part.column("src"), PAD, self.max_src_len, empty=EOS)
         src_ext, _ = _padded(part.column("src_ext"), PAD, self.max_src_len, empty=EOS)
         tgt, tgt_len = _padded(part.column("tgt"), PAD)
@@ -209,21 +249,31 @@ class EncodedSplit:
         if source_tokens is not None:
             tokens = [[source_tokens.itos[i] for i in row[:n]] for row, n in zip(src.tolist(), src_len.tolist())]
         return Batch(
-            src=torch.from_numpy(src), src_len=torch.from_numpy(src_len), src_ext=torch.from_numpy(src_ext),
-            tgt_in=torch.from_numpy(tgt_in), tgt_out=torch.from_numpy(tgt_out), n_ext=int(n_oov.max(initial=0)),
-            oovs=[], ids=part.column("id").to_pylist(), src_tokens=tokens, tgt_tokens=[],
-            tgt_pointer=pointer, tgt_switch=switch)
+            src=torch.from_numpy(src),
+            src_len=torch.from_numpy(src_len),
+            src_ext=torch.from_numpy(src_ext),
+            tgt_in=torch.from_numpy(tgt_in),
+            tgt_out=torch.from_numpy(tgt_out),
+            n_ext=int(n_oov.max(initial=0)),
+            oovs=[],
+            ids=part.column("id").to_pylist(),
+            src_tokens=tokens,
+            tgt_tokens=[],
+            tgt_pointer=pointer,
+            tgt_switch=switch,
+        )
 
 
-def _padded(column: pa.ChunkedArray, pad: int, max_len: int | None = None, empty: int | None = None,
-            width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _padded(
+    column: pa.ChunkedArray, pad: int, max_len: int | None = None, empty: int | None = None, width: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A list<int32|bool> column -> (padded (N, W) int64 matrix, lengths (N,)), vectorised.
 
     ``max_len`` cuts rows; ``empty``: the single id an empty row gets (an empty source still needs
     one position); ``width``: the matrix width (default: the longest row)."""
     arr = column.combine_chunks()
     offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offsets[0]:offsets[-1]]
+    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offsets[0] : offsets[-1]]
     offsets = offsets - offsets[0]
     lengths = np.diff(offsets)
     kept = np.minimum(lengths, max_len) if max_len else lengths

@@ -1,4 +1,5 @@
 """Decode a test split with batched beam search and score it (exact match top-1 / top-k)."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,12 @@ import torch
 from tqdm import tqdm
 
 from models import build_model
-from models.config import ModelConfig
+from models.config import ModelConfig, dataclass_from_dict
 from pipeline.batching import batch_from_rows, row_lengths, token_batches
 from pipeline.extended_vocab import ext_ids_to_tokens
 from pipeline.metrics import exact_match_by_group, text_metrics
-from pipeline.params import dataclass_from_dict
-from pipeline.shards import atomic_path
 from pipeline.search import beam_search, greedy
+from pipeline.shards import atomic_path
 from pipeline.vocab import Vocab
 
 
@@ -41,7 +41,7 @@ class EvalConfig:
     max_examples: int | None = None  # the first N rows of each split only (cpu presets)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EvalConfig":
+    def from_dict(cls, d: dict) -> EvalConfig:
         d = dict(d)
         for key in ("splits", "optional_splits"):
             if key in d:
@@ -62,8 +62,15 @@ def load_checkpoint(path: Path, mechanism: str, device: torch.device):
     return model.to(device).eval(), ckpt
 
 
-def decode_table(model, table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, cfg: EvalConfig,
-                 device: torch.device, desc: str = "decode") -> list[dict]:
+def decode_table(
+    model,
+    table: pa.Table,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    cfg: EvalConfig,
+    device: torch.device,
+    desc: str = "decode",
+) -> list[dict]:
     """Beam-search every row; returns prediction records in the table's row order."""
     extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
     records: list[dict | None] = [None] * table.num_rows
@@ -71,13 +78,18 @@ def decode_table(model, table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, cfg
     for rows in tqdm(batches, desc=desc, unit="batch", disable=None, leave=False):
         rows = rows.tolist()
         batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, extra_cols, cfg.max_src_len).to(device)
-        nbest = beam_search(model, batch, cfg.beam_size, cfg.max_len, cfg.min_len, cfg.length_penalty,
-                            cfg.block_ngram)
+        nbest = beam_search(model, batch, cfg.beam_size, cfg.max_len, cfg.min_len, cfg.length_penalty, cfg.block_ngram)
         for i, row in enumerate(rows):
             outs = [ext_ids_to_tokens(h.ids, batch.oovs[i], tgt_vocab) for h in nbest[i]]
-            rec = {"id": batch.ids[i], "src": batch.src_tokens[i], "tgt": batch.tgt_tokens[i],
-                   "pred": outs[0], "nbest": outs, "scores": [round(h.score, 4) for h in nbest[i]],
-                   "copied": [tok for tok in outs[0] if tok in batch.oovs[i]]}
+            rec = {
+                "id": batch.ids[i],
+                "src": batch.src_tokens[i],
+                "tgt": batch.tgt_tokens[i],
+                "pred": outs[0],
+                "nbest": outs,
+                "scores": [round(h.score, 4) for h in nbest[i]],
+                "copied": [tok for tok in outs[0] if tok in batch.oovs[i]],
+            }
             for col in extra_cols:
                 rec[col] = batch.extra[col][i]
             records[row] = rec
@@ -93,8 +105,10 @@ def score_records(records: list[dict], cfg: EvalConfig, split: str = "test") -> 
         return exact_match_by_group([r["tgt"] for r in records], [r["nbest"] for r in records], groups, cfg.topk)
     refs = [r.get("refs") or [r["tgt"]] for r in records]
     refs_raw = [r["refs_raw"] for r in records] if records and all(r.get("refs_raw") for r in records) else None
-    return {"metric": kind, **text_metrics(kind, [r["pred"] for r in records], refs, [r["src"] for r in records],
-                                           refs_raw=refs_raw)}
+    return {
+        "metric": kind,
+        **text_metrics(kind, [r["pred"] for r in records], refs, [r["src"] for r in records], refs_raw=refs_raw),
+    }
 
 
 def write_jsonl_atomic(path: Path, records: list[dict]) -> None:
@@ -103,8 +117,9 @@ def write_jsonl_atomic(path: Path, records: list[dict]) -> None:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
-def copy_trace(model, table: pa.Table, row: int, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int,
-               device: torch.device) -> dict:
+def copy_trace(
+    model, table: pa.Table, row: int, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int, device: torch.device
+) -> dict:
     """Greedy-decode one example and return its per-step copy-mode (or attention) weights.
 
     CopyNet Figure 3: p(x_tau, c | .) of every input position (columns) at every output step
@@ -119,6 +134,10 @@ def copy_trace(model, table: pa.Table, row: int, src_vocab: Vocab, tgt_vocab: Vo
         weights, kind = trace.get("attn"), "attention weight"
     out_tokens = ext_ids_to_tokens(hyp.ids, batch.oovs[0], tgt_vocab)
     steps = len(out_tokens) + (1 if len(out_tokens) < len(hyp.ids) else 0)  # include </s> when emitted
-    return {"src": batch.src_tokens[0], "out": out_tokens + ["</s>"] * (steps - len(out_tokens)),
-            "weights": None if weights is None else weights[:steps].tolist(), "kind": kind,
-            "gold": batch.tgt_tokens[0]}
+    return {
+        "src": batch.src_tokens[0],
+        "out": out_tokens + ["</s>"] * (steps - len(out_tokens)),
+        "weights": None if weights is None else weights[:steps].tolist(),
+        "kind": kind,
+        "gold": batch.tgt_tokens[0],
+    }

@@ -1,7 +1,7 @@
 """Evaluation metrics: exact match (CopyNet Table 1) and the text metrics each task reports.
 
 ``text_metrics`` is the one entry point the evaluate stage uses for text tasks; each ``kind`` is
-the convention of the papers it is compared with (README "Metrics"):
+the convention of the papers it is compared with (docs/paper_tasks.md):
 
 * ``rouge_f`` -- Gigaword (Rush et al. 2015; Read-Again Table 1): full-length ROUGE-1/2/L F1 of
   ROUGE-1.5.5 with Porter stemming (``-m``), as NAMAS' ``DUC/eval.sh`` runs it
@@ -16,10 +16,11 @@ the convention of the papers it is compared with (README "Metrics"):
 
 All ROUGE numbers are the exact mean of ROUGE-1.5.5's per-summary scores (``pipeline.rouge``).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 from pipeline.bleu import corpus_bleu
 from pipeline.rouge import rouge
@@ -49,9 +50,6 @@ def exact_match_by_group(golds, nbests, groups: list[str] | None, k: int) -> dic
     return out
 
 
-TEXT_METRIC_KINDS = ("rouge_f", "rouge_f_chars", "rouge_recall_75", "bleu", "bleu_sari")
-
-
 def _flatten_rouge(scores: dict, main: str) -> dict:
     """``{"rouge1": main, "rouge1_r": R, "rouge1_p": P, "rouge1_f": F, ...}`` from ``rouge()``."""
     out: dict = {}
@@ -64,6 +62,56 @@ def _flatten_rouge(scores: dict, main: str) -> dict:
     return out
 
 
+# One function per metric kind: (hypotheses, references per hypothesis, sources or None, raw
+# references or None) -> scores. Texts are token lists joined with single spaces, the files the
+# official tools would read. Adding a metric is adding an entry to TEXT_METRICS (docs/extending.md).
+def rouge_f(hyps: list[str], refs: list[list[str]], srcs, refs_raw) -> dict:
+    """Full-length ROUGE-1/2/L F1 with ROUGE-1.5.5's stemmer (Gigaword)."""
+    return _flatten_rouge(rouge(hyps, refs, n=(1, 2), stem=True), "f")
+
+
+def rouge_f_chars(hyps: list[str], refs: list[list[str]], srcs, refs_raw) -> dict:
+    """ROUGE-1/2/L F1 on characters, no stemming (LCSTS)."""
+    return _flatten_rouge(rouge(hyps, refs, n=(1, 2), units="chars"), "f")
+
+
+def rouge_recall_75(hyps: list[str], refs: list[list[str]], srcs, refs_raw) -> dict:
+    """ROUGE-1/2/L recall at 75 bytes, references pooled (DUC 2004); the cut is taken on the raw
+    reference text when given (``refs_raw``)."""
+    if refs_raw is not None:
+        if len(refs_raw) != len(hyps):
+            raise ValueError(
+                f"text_metrics('rouge_recall_75'): {len(hyps)} hypotheses but {len(refs_raw)} refs_raw sets"
+            )
+        refs = [list(r) for r in refs_raw]
+    return _flatten_rouge(rouge(hyps, refs, n=(1, 2), stem=True, byte_limit=75, multi_ref="pool"), "r")
+
+
+def bleu(hyps: list[str], refs: list[list[str]], srcs, refs_raw) -> dict:
+    """Corpus BLEU as multi-bleu.perl on tokenised text (Pointer Softmax 5.3, Europarl)."""
+    return {"bleu": corpus_bleu(hyps, refs)}
+
+
+def bleu_sari(hyps: list[str], refs: list[list[str]], srcs, refs_raw) -> dict:
+    """Corpus BLEU and SARI (WEAN's simplification tables); needs the sources."""
+    if srcs is None or len(srcs) != len(hyps):
+        raise ValueError(
+            f"text_metrics('bleu_sari'): needs srcs, one per hypothesis ({len(hyps)}), got "
+            f"{'None' if srcs is None else len(srcs)}"
+        )
+    return {"bleu": corpus_bleu(hyps, refs), "sari": corpus_sari([" ".join(s) for s in srcs], hyps, refs)}
+
+
+TEXT_METRICS: dict[str, Callable[..., dict]] = {
+    "rouge_f": rouge_f,
+    "rouge_f_chars": rouge_f_chars,
+    "rouge_recall_75": rouge_recall_75,
+    "bleu": bleu,
+    "bleu_sari": bleu_sari,
+}
+TEXT_METRIC_KINDS = tuple(TEXT_METRICS)
+
+
 def text_metrics(
     kind: str,
     hyps: Sequence[Sequence[str]],
@@ -74,14 +122,13 @@ def text_metrics(
     """Score token-list hypotheses against token-list references with the task's convention.
 
     ``hyps[i]`` is a token list, ``refs[i]`` a list of reference token lists, ``srcs[i]`` the
-    source tokens (``bleu_sari`` only). Token lists are joined with single spaces -- the files the
-    official tools would read. ``refs_raw[i]`` (``rouge_recall_75`` only) are the untokenised
-    reference strings, used instead of the joined tokens when given, since the 75-byte cut is
-    taken on the text as written. Returns ``{"n": N, ...}`` with scores in percent:
+    source tokens (``bleu_sari`` only). ``refs_raw[i]`` (``rouge_recall_75`` only) are the
+    untokenised reference strings, used instead of the joined tokens when given, since the 75-byte
+    cut is taken on the text as written. Returns ``{"n": N, ...}`` with scores in percent:
     ``rouge1``, ``rouge2``, ``rougeL`` (F1, or recall for ``rouge_recall_75``) plus ``_r``,
     ``_p``, ``_f`` variants; ``bleu`` and ``sari`` for ``bleu_sari``.
     """
-    if kind not in TEXT_METRIC_KINDS:
+    if kind not in TEXT_METRICS:
         raise ValueError(f"text_metrics: unknown kind {kind!r}; expected one of {TEXT_METRIC_KINDS}")
     if len(hyps) != len(refs):
         raise ValueError(f"text_metrics({kind!r}): {len(hyps)} hypotheses but {len(refs)} reference sets")
@@ -90,23 +137,4 @@ def text_metrics(
             raise ValueError(f"text_metrics({kind!r}): example {i} has no reference")
     hyp_s = [" ".join(h) for h in hyps]
     ref_s = [[" ".join(r) for r in rs] for rs in refs]
-    n = len(hyps)
-    if kind == "rouge_f":
-        return {"n": n, **_flatten_rouge(rouge(hyp_s, ref_s, n=(1, 2), stem=True), "f")}
-    if kind == "rouge_f_chars":
-        return {"n": n, **_flatten_rouge(rouge(hyp_s, ref_s, n=(1, 2), units="chars"), "f")}
-    if kind == "rouge_recall_75":
-        if refs_raw is not None:
-            if len(refs_raw) != n:
-                raise ValueError(f"text_metrics({kind!r}): {n} hypotheses but {len(refs_raw)} refs_raw sets")
-            ref_s = [list(r) for r in refs_raw]
-        scores = rouge(hyp_s, ref_s, n=(1, 2), stem=True, byte_limit=75, multi_ref="pool")
-        return {"n": n, **_flatten_rouge(scores, "r")}
-    if kind == "bleu":  # Pointer Softmax 5.3 (Europarl): multi-bleu.perl on tokenised text
-        return {"n": n, "bleu": corpus_bleu(hyp_s, ref_s)}
-    # bleu_sari
-    if srcs is None or len(srcs) != n:
-        raise ValueError(f"text_metrics({kind!r}): needs srcs, one per hypothesis ({n}), got "
-                         f"{'None' if srcs is None else len(srcs)}")
-    src_s = [" ".join(s) for s in srcs]
-    return {"n": n, "bleu": corpus_bleu(hyp_s, ref_s), "sari": corpus_sari(src_s, hyp_s, ref_s)}
+    return {"n": len(hyps), **TEXT_METRICS[kind](hyp_s, ref_s, srcs, refs_raw)}

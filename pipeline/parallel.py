@@ -7,12 +7,14 @@ process pool (the GIL makes threads useless for tokenisation and segmentation). 
 ``max_in_flight`` chunks are pending at once, so memory stays flat however long the input is.
 The ``prepare`` flow wraps the same idea in Prefect tasks (retries, optional Dask runner).
 """
+
 from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Callable, Iterable, Iterator, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -43,8 +45,8 @@ def chunked(items: Iterable[A], size: int) -> Iterator[list[A]]:
 
 
 def bounded_ordered_map(
-    submit: Callable[[Callable[[A], R], A], "object"],
-    result: Callable[["object"], R],
+    submit: Callable[[Callable[[A], R], A], object],
+    result: Callable[[object], R],
     fn: Callable[[A], R],
     chunks: Iterable[A],
     max_in_flight: int,
@@ -70,7 +72,7 @@ class ProcessMap:
         self.max_in_flight = max_in_flight or 2 * self.workers
         self._pool: Executor | None = None
 
-    def __enter__(self) -> "ProcessMap":
+    def __enter__(self) -> ProcessMap:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,13 +1,12 @@
 """params.yaml: the single source of truth. Stages read their own slice through these helpers."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Callable, TypeVar
 
 import yaml
-
-T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,15 +36,6 @@ def section(params: dict, *keys: str) -> dict:
 def project_root(params_path: str | Path | None) -> Path:
     """The directory whose data/ a run reads and writes: the params file's own directory."""
     return Path(params_path).resolve().parent if params_path else REPO_ROOT
-
-
-def dataclass_from_dict(cls: type[T], d: dict, **extra) -> T:
-    """Build a config dataclass from a params slice; an unknown key is an error, not ignored."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} settings {unknown}; known: {sorted(known)}")
-    return cls(**{**d, **extra})
 
 
 def check_numeric_config(config, checks: Callable[[], list[tuple[bool, str]]]) -> None:

@@ -1,4 +1,5 @@
 """Where each stage reads and writes, relative to the repository root (all under data/)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

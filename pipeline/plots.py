@@ -1,4 +1,5 @@
 """PNG figures (matplotlib, Agg backend: no display needed)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,14 @@ def copy_heatmap(trace: dict, path: Path, title: str) -> None:
     if weights is None:  # Enc-Dec reads one fixed code: there is no per-position weight to show
         fig, ax = plt.subplots(figsize=(6, 1.6))
         ax.axis("off")
-        ax.text(0.0, 0.5, f"{title}\nno per-position weights (the model reads a fixed-length code)\n"
-                f"output: {' '.join(trace['out'])[:90]}", fontsize=8, va="center")
+        ax.text(
+            0.0,
+            0.5,
+            f"{title}\nno per-position weights (the model reads a fixed-length code)\n"
+            f"output: {' '.join(trace['out'])[:90]}",
+            fontsize=8,
+            va="center",
+        )
         _save(fig, path)
         return
     fig, ax = plt.subplots(figsize=(max(4, 0.32 * len(trace["src"]) + 2), max(3, 0.3 * len(weights) + 1.5)))
@@ -41,8 +48,7 @@ def copy_heatmap(trace: dict, path: Path, title: str) -> None:
     _save(fig, path)
 
 
-def grouped_bars(rows: dict[str, dict[str, float]], columns: list[str], path: Path, title: str,
-                 ylabel: str) -> None:
+def grouped_bars(rows: dict[str, dict[str, float]], columns: list[str], path: Path, title: str, ylabel: str) -> None:
     """One group of bars per column, one bar per row (e.g. mechanisms x rule types)."""
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(columns)), 3.8))
     width = 0.8 / max(len(rows), 1)

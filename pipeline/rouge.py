@@ -41,11 +41,12 @@ Conventions of ROUGE-1.5.5.pl (SPL input, one summary = lines of text):
 lowercasing, tokenising or stemming -- equal to running the official script on files where each
 character is replaced by a numeric id (``scripts/rouge_reference_values.py --chars``).
 """
+
 from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from pipeline.text.rouge_stem import morph_stem
 
@@ -324,7 +325,6 @@ def rouge(hyps: Sequence[str], refs: Sequence[Sequence[str]], **kwargs) -> dict:
     out: dict = {"n": n_sum}
     for name, rows in per.items():
         out[name] = {
-            key: (100.0 * sum(row[i] for row in rows) / n_sum if n_sum else 0.0)
-            for i, key in enumerate(METRIC_KEYS)
+            key: (100.0 * sum(row[i] for row in rows) / n_sum if n_sum else 0.0) for i, key in enumerate(METRIC_KEYS)
         }
     return out

@@ -23,10 +23,11 @@ Per n = 1..4, with source S, candidate C and references R_1..R_k (k = ``numref``
 Tokens come from ``text.lower().split(" ")`` exactly like the reference (an empty string is one
 empty token there, and so here).
 """
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["sari_ngram", "sentence_sari", "corpus_sari"]
 

@@ -10,6 +10,7 @@ lr(step, epoch) = lr x warm-up x decay x halving x plateau factor:
 - halving (``lr_halve_after`` E, Read-Again 4.1 "halved after epoch 5"): 0.5^(epoch - E) from epoch E+1;
 - never below ``min_lr`` after the warm-up.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,10 +36,16 @@ class LRSchedule:
     def __post_init__(self) -> None:
         if self.decay not in DECAYS:
             raise ValueError(f"train.lr_decay must be one of {DECAYS}, not {self.decay!r}")
-        if self.warmup_steps < 0 or not 0 < self.plateau_factor < 1 or self.plateau_patience < 1 \
-                or not 0 <= self.min_lr <= self.lr:
-            raise ValueError("need train.warmup_steps >= 0, 0 < plateau_factor < 1, plateau_patience >= 1, "
-                             f"0 <= min_lr <= lr; got {self}")
+        if (
+            self.warmup_steps < 0
+            or not 0 < self.plateau_factor < 1
+            or self.plateau_patience < 1
+            or not 0 <= self.min_lr <= self.lr
+        ):
+            raise ValueError(
+                "need train.warmup_steps >= 0, 0 < plateau_factor < 1, plateau_patience >= 1, "
+                f"0 <= min_lr <= lr; got {self}"
+            )
 
     def at(self, step: int, epoch: int) -> float:
         """The learning rate of optimizer step ``step`` (1-based) in epoch ``epoch`` (1-based)."""

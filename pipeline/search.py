@@ -6,13 +6,14 @@ at cost 0), so with a beam as wide as the number of prefixes it is exhaustive: t
 it against brute-force enumeration. Options: min/max length, GNMT length penalty for the final
 ranking, n-gram blocking.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from pipeline.extended_vocab import NEG
+from models.extended import NEG
 from pipeline.vocab import BOS, EOS, PAD
 
 
@@ -47,8 +48,15 @@ def _block_ngrams(log_probs: torch.Tensor, history: torch.Tensor, n: int) -> tor
 
 
 @torch.no_grad()
-def beam_search(model, batch, beam_size: int = 10, max_len: int = 50, min_len: int = 0,
-                length_penalty: float = 0.0, block_ngram: int = 0) -> list[list[Hypothesis]]:
+def beam_search(
+    model,
+    batch,
+    beam_size: int = 10,
+    max_len: int = 50,
+    min_len: int = 0,
+    length_penalty: float = 0.0,
+    block_ngram: int = 0,
+) -> list[list[Hypothesis]]:
     """Top ``beam_size`` hypotheses per example, best first. All examples decode at once."""
     device = batch.src.device
     bsz, k = batch.size, beam_size
@@ -93,8 +101,11 @@ def beam_search(model, batch, beam_size: int = 10, max_len: int = 50, min_len: i
     for b in range(bsz):
         rows = range(b * k, (b + 1) * k)
         # Rows below NEG/2 used an impossible token (only when fewer than K candidates exist).
-        hyps = [Hypothesis([i for i in hist[r] if i != PAD], float(scores[r]), float(rank[r]))
-                for r in rows if float(scores[r]) > NEG / 2]
+        hyps = [
+            Hypothesis([i for i in hist[r] if i != PAD], float(scores[r]), float(rank[r]))
+            for r in rows
+            if float(scores[r]) > NEG / 2
+        ]
         out.append(sorted(hyps, key=lambda h: -h.rank_score))
     return out
 

@@ -25,9 +25,10 @@ import tempfile
 import uuid
 import weakref
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc
@@ -152,18 +153,14 @@ class ShardWriter:
         self._closed = False
 
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp_dir = Path(
-            tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
-        )
+        self._tmp_dir = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
         self._quarantine_fh = open(self._tmp_dir / QUARANTINE_NAME, "w", encoding="utf-8")
         # Safety net: remove the temp dir if the writer is dropped without close/abort.
-        self._finalizer = weakref.finalize(
-            self, _discard, self._quarantine_fh, self._tmp_dir
-        )
+        self._finalizer = weakref.finalize(self, _discard, self._quarantine_fh, self._tmp_dir)
 
     # -- context manager -------------------------------------------------- #
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -344,7 +341,5 @@ def read_split(split_dir: str | Path) -> pa.Table:
         raise ValueError(f"manifest in {split_dir} lists no parts")
     table = pa.concat_tables(tables)
     if table.num_rows != manifest["rows"]:
-        raise ValueError(
-            f"{split_dir}: parts hold {table.num_rows} rows but the manifest says {manifest['rows']}"
-        )
+        raise ValueError(f"{split_dir}: parts hold {table.num_rows} rows but the manifest says {manifest['rows']}")
     return table

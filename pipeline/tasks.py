@@ -18,6 +18,7 @@ overrides, then its preset's. A task without settings runs on the shared section
 block of params.yaml to the tasks whose data is present (the others stay as comments, with the
 reason they are skipped), so `dvc repro` never fails on a corpus that is not there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,10 @@ def effective_params(params: dict, task: str) -> dict:
     settings, preset = task_settings(params, task), preset_overrides(params, task)
     unknown = sorted(set(preset) - set(TASK_SECTIONS))
     if unknown:
-        raise KeyError(f"params.yaml: task_settings.{task}.presets.{params.get('preset')} has unknown sections "
-                       f"{unknown}; allowed: {list(TASK_SECTIONS)}")
+        raise KeyError(
+            f"params.yaml: task_settings.{task}.presets.{params.get('preset')} has unknown sections "
+            f"{unknown}; allowed: {list(TASK_SECTIONS)}"
+        )
     out = dict(params)
     for name in TASK_SECTIONS:
         out[name] = deep_merge(params.get(name) or {}, settings.get(name) or {}, preset.get(name) or {})
@@ -143,10 +146,12 @@ def task_status(params: dict, task: str, root: Path = REPO_ROOT) -> str:
 def tasks_block(params: dict, enabled: list[str], statuses: dict[str, str]) -> str:
     """The ``tasks:`` block of params.yaml for ``enabled`` tasks, the others listed as comments."""
     raws = {t: (params.get("tasks") or {}).get(t) or task_settings(params, t).get("raw") for t in statuses}
-    lines = ["# The tasks `dvc repro` runs: task -> its raw input (the file or directory DVC watches; the",
-             "# reader settings prepare.<task> resolve their *_dir/*_file paths against it). Rewritten by",
-             "# `python -m pipeline.tasks enable ...`; editing it by hand is fine too.",
-             "tasks:"]
+    lines = [
+        "# The tasks `dvc repro` runs: task -> its raw input (the file or directory DVC watches; the",
+        "# reader settings prepare.<task> resolve their *_dir/*_file paths against it). Rewritten by",
+        "# `python -m pipeline.tasks enable ...`; editing it by hand is fine too.",
+        "tasks:",
+    ]
     for task in enabled:
         lines.append(f"  {task}: {raws[task]}")
     for task, status in statuses.items():
@@ -164,7 +169,7 @@ def rewrite_tasks_block(params_path: Path, block: str) -> None:
     match = pattern.search(text)
     if match is None:
         raise ValueError(f"{params_path}: no top-level 'tasks:' block to rewrite")
-    new_text = text[:match.start()] + block + "\n" + text[match.end():]
+    new_text = text[: match.start()] + block + "\n" + text[match.end() :]
     yaml.safe_load(new_text)  # never write a file YAML cannot read
     write_text_atomic(params_path, new_text)
 

@@ -20,6 +20,7 @@ Exact resumption: the batches of an epoch are a function of (seed, epoch) and th
 step is seeded from (seed, step, rank), so no random-number state has to be saved, and a run resumed
 from any checkpoint ends with the weights of an uninterrupted one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +28,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -38,13 +39,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from models.config import dataclass_from_dict
 from pipeline.batching import token_batches
-from pipeline.distributed import DistContext, all_reduce_sum, shard_batches
+from pipeline.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
 from pipeline.encoded import EncodedSplit
-from pipeline.params import dataclass_from_dict
 from pipeline.schedule import EarlyStopping, LRSchedule
 from pipeline.shards import atomic_path, write_json_atomic
-from pipeline.vocab import PAD, Vocab
+from pipeline.vocab import Vocab
 
 AMP_MODES = ("auto", "bf16", "off")
 
@@ -96,19 +97,26 @@ class TrainConfig:
                 raise ValueError(f"train.{name} must be positive or null, got {value}")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         return dataclass_from_dict(cls, d)
 
     def schedule(self) -> LRSchedule:
-        return LRSchedule(self.lr, self.warmup_steps, self.lr_decay, self.lr_halve_after, self.plateau_factor,
-                          self.plateau_patience, self.min_lr)
+        return LRSchedule(
+            self.lr,
+            self.warmup_steps,
+            self.lr_decay,
+            self.lr_halve_after,
+            self.plateau_factor,
+            self.plateau_patience,
+            self.min_lr,
+        )
 
 
 class NonFiniteLoss(RuntimeError):
     """Training produced a NaN or infinite loss or gradient; nothing of that step was saved."""
 
 
-def resolve_device(name: str, ctx: DistContext = DistContext()) -> torch.device:
+def resolve_device(name: str, ctx: DistContext = ONE_PROCESS) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and ctx.enabled:
@@ -177,11 +185,18 @@ class BatchDataset(Dataset):
         return self.split.batch(self.batches[i], self.source_vocab)
 
 
-def batch_loader(split: EncodedSplit, batches: list[np.ndarray], cfg: TrainConfig, device: torch.device,
-                 source_vocab: Vocab | None) -> DataLoader:
-    return DataLoader(BatchDataset(split, batches, source_vocab), batch_size=None, shuffle=False,
-                      num_workers=cfg.workers, pin_memory=device.type == "cuda",
-                      persistent_workers=False, prefetch_factor=4 if cfg.workers else None)
+def batch_loader(
+    split: EncodedSplit, batches: list[np.ndarray], cfg: TrainConfig, device: torch.device, source_vocab: Vocab | None
+) -> DataLoader:
+    return DataLoader(
+        BatchDataset(split, batches, source_vocab),
+        batch_size=None,
+        shuffle=False,
+        num_workers=cfg.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=False,
+        prefetch_factor=4 if cfg.workers else None,
+    )
 
 
 def first_rows(table: pa.Table, n: int | None) -> pa.Table:
@@ -194,17 +209,26 @@ def row_range(split: EncodedSplit, limit: int | None) -> np.ndarray:
     return np.arange(len(split) if limit is None else min(limit, len(split)))
 
 
-def epoch_batches(lengths: tuple[np.ndarray, np.ndarray], rows: np.ndarray, cfg: TrainConfig, shuffle: bool,
-                  seed: int) -> list[np.ndarray]:
+def epoch_batches(
+    lengths: tuple[np.ndarray, np.ndarray], rows: np.ndarray, cfg: TrainConfig, shuffle: bool, seed: int
+) -> list[np.ndarray]:
     """Row-index arrays of one pass over ``rows`` (token-budget batches, see batching.token_batches)."""
     src_len, tgt_len = lengths
-    return [rows[b] for b in token_batches(src_len[rows], tgt_len[rows], cfg.batch_size, cfg.max_tokens,
-                                           shuffle=shuffle, seed=seed)]
+    return [
+        rows[b]
+        for b in token_batches(src_len[rows], tgt_len[rows], cfg.batch_size, cfg.max_tokens, shuffle=shuffle, seed=seed)
+    ]
 
 
 @torch.no_grad()
-def evaluate_loss(model, split: EncodedSplit, cfg: TrainConfig, device: torch.device,
-                  ctx: DistContext = DistContext(), source_vocab: Vocab | None = None) -> dict:
+def evaluate_loss(
+    model,
+    split: EncodedSplit,
+    cfg: TrainConfig,
+    device: torch.device,
+    ctx: DistContext = ONE_PROCESS,
+    source_vocab: Vocab | None = None,
+) -> dict:
     """Validation loss and perplexity: log p(y) per target token over the split's first
     ``max_valid_examples`` rows, shared out over the ranks and summed."""
     model.eval()
@@ -215,7 +239,9 @@ def evaluate_loss(model, split: EncodedSplit, cfg: TrainConfig, device: torch.de
         batch = split.batch(rows_b, source_vocab).to(device)
         with autocast(device, cfg.amp):
             gold = model(batch)
-        totals += torch.stack([-gold.double().sum(), torch.tensor(float(batch.n_tokens), device=device, dtype=torch.float64)])
+        totals += torch.stack(
+            [-gold.double().sum(), torch.tensor(float(batch.n_tokens), device=device, dtype=torch.float64)]
+        )
     total, tokens = all_reduce_sum(totals, ctx).tolist()
     mean = total / max(tokens, 1)
     return {"valid_loss": mean, "valid_ppl": math.exp(min(mean, 50.0))}
@@ -246,7 +272,7 @@ def train(
     on_validate: Callable[[dict], None] | None = None,
     on_step: Callable[[dict], None] | None = None,
     progress: bool | None = None,
-    ctx: DistContext = DistContext(),
+    ctx: DistContext = ONE_PROCESS,
     source_vocab: Vocab | None = None,
 ) -> list[dict]:
     """Train; returns the learning curve (one dict per validation). ``source_vocab``: pass it for a
@@ -256,8 +282,11 @@ def train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model.to(device)
-    net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
-        if ctx.enabled else model
+    net = (
+        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if ctx.enabled
+        else model
+    )
     optimizer = _optimizer(cfg, model, device)
     schedule, stopper, prog = cfg.schedule(), EarlyStopping(cfg.patience, cfg.min_delta), Progress()
     fp = fingerprint(asdict(cfg), model_config, {"data": data_hash})
@@ -275,37 +304,64 @@ def train(
             stopper.load_state_dict(ckpt["early_stopping"])
             prog = Progress(**ckpt["progress"])
             if ctx.is_main:
-                print(f"resuming from {last} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}",
-                      file=sys.stderr)
+                print(
+                    f"resuming from {last} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}", file=sys.stderr
+                )
 
     def checkpoint() -> None:
         if ctx.is_main:
-            save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "schedule": schedule.state_dict(), "early_stopping": stopper.state_dict(),
-                         "progress": asdict(prog), "fingerprint": fp}, last)
+            save_atomic(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "early_stopping": stopper.state_dict(),
+                    "progress": asdict(prog),
+                    "fingerprint": fp,
+                },
+                last,
+            )
 
     def validate(seconds: float) -> None:
-        row = {"step": prog.step, "epoch": prog.epoch, "train_loss": prog.loss_sum / max(prog.tokens, 1),
-               "lr": optimizer.param_groups[0]["lr"], "tokens_per_s": prog.tokens / max(seconds, 1e-9),
-               "processes": ctx.world}
+        row = {
+            "step": prog.step,
+            "epoch": prog.epoch,
+            "train_loss": prog.loss_sum / max(prog.tokens, 1),
+            "lr": optimizer.param_groups[0]["lr"],
+            "tokens_per_s": prog.tokens / max(seconds, 1e-9),
+            "processes": ctx.world,
+        }
         row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
         if not math.isfinite(row["valid_loss"]):
-            raise NonFiniteLoss(f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
-                                f"nothing of this run was saved after step {prog.step}")
+            raise NonFiniteLoss(
+                f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
+                f"nothing of this run was saved after step {prog.step}"
+            )
         model.train()
         prog.history.append(row)
         prog.loss_sum, prog.tokens = 0.0, 0
         if row["valid_loss"] < prog.best:
             prog.best = row["valid_loss"]
             if ctx.is_main:
-                save_atomic({"model": model.state_dict(), "model_config": model_config, "step": prog.step,
-                             "epoch": prog.epoch, "valid_loss": prog.best}, ckpt_dir / "model.pt")
+                save_atomic(
+                    {
+                        "model": model.state_dict(),
+                        "model_config": model_config,
+                        "step": prog.step,
+                        "epoch": prog.epoch,
+                        "valid_loss": prog.best,
+                    },
+                    ckpt_dir / "model.pt",
+                )
         schedule.observe(row["valid_loss"])
         stopper.observe(row["valid_loss"])
         if ctx.is_main:
             write_json_atomic(ckpt_dir / "history.json", prog.history)
-            print(f"step {prog.step} (epoch {prog.epoch}): train_loss {row['train_loss']:.4f} valid_loss "
-                  f"{row['valid_loss']:.4f} lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)", file=sys.stderr)
+            print(
+                f"step {prog.step} (epoch {prog.epoch}): train_loss {row['train_loss']:.4f} valid_loss "
+                f"{row['valid_loss']:.4f} lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)",
+                file=sys.stderr,
+            )
             if on_validate is not None:
                 on_validate(row)
 
@@ -319,23 +375,32 @@ def train(
     while prog.epoch <= cfg.epochs and not finished():
         batches = shard_batches(epoch_batches(lengths, rows, cfg, shuffle=True, seed=cfg.seed + prog.epoch), ctx)
         loader = batch_loader(train_split, batches[prog.batch :], cfg, device, source_vocab)
-        bar = tqdm(loader, desc=f"epoch {prog.epoch}/{cfg.epochs}", unit="batch", initial=prog.batch,
-                   total=len(batches), disable=(not ctx.is_main) if progress is None else not progress,
-                   mininterval=1.0, leave=False)
+        bar = tqdm(
+            loader,
+            desc=f"epoch {prog.epoch}/{cfg.epochs}",
+            unit="batch",
+            initial=prog.batch,
+            total=len(batches),
+            disable=(not ctx.is_main) if progress is None else not progress,
+            mininterval=1.0,
+            leave=False,
+        )
         for batch in bar:
             batch = batch.to(device, non_blocking=True)
             loss_value = _train_step(net, model, optimizer, schedule, batch, cfg, device, ctx, prog)
             prog.batch += 1
             if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
-                on_step({"step": prog.step, "epoch": prog.epoch, "loss": loss_value,
-                         "lr": optimizer.param_groups[0]["lr"]})
+                on_step(
+                    {"step": prog.step, "epoch": prog.epoch, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]}
+                )
             if cfg.validate_every and prog.step % cfg.validate_every == 0:
                 validate(time.perf_counter() - clock)
                 clock = time.perf_counter()
                 checkpoint()
                 last_ckpt = time.perf_counter()
-            elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or \
-                    (cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes):
+            elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or (
+                cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes
+            ):
                 checkpoint()
                 last_ckpt = time.perf_counter()
             if finished():
@@ -375,8 +440,17 @@ def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -
     return torch.optim.SGD(model.parameters(), lr=cfg.lr)
 
 
-def _train_step(net, model, optimizer, schedule: LRSchedule, batch, cfg: TrainConfig, device: torch.device,
-                ctx: DistContext, prog: Progress) -> float:
+def _train_step(
+    net,
+    model,
+    optimizer,
+    schedule: LRSchedule,
+    batch,
+    cfg: TrainConfig,
+    device: torch.device,
+    ctx: DistContext,
+    prog: Progress,
+) -> float:
     """One optimizer step on this rank's batch; returns the step's mean loss over all ranks' tokens."""
     step = prog.step + 1
     lr = schedule.at(step, prog.epoch)
@@ -400,7 +474,8 @@ def _train_step(net, model, optimizer, schedule: LRSchedule, batch, cfg: TrainCo
             f"non-finite training loss {value} (gradient norm {float(grad_norm)}) at step {step} (epoch "
             f"{prog.epoch}, batch {prog.batch + 1} of the epoch on rank {ctx.rank}); rows {batch.ids[:20]}"
             f"{' ...' if len(batch.ids) > 20 else ''}. The step was not applied and no checkpoint was written "
-            f"after step {prog.step}. Lower train.lr, add warm-up (train.warmup_steps) or check these rows.")
+            f"after step {prog.step}. Lower train.lr, add warm-up (train.warmup_steps) or check these rows."
+        )
     optimizer.step()
     prog.step = step
     prog.loss_sum += value * float(tokens[0])

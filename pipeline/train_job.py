@@ -9,22 +9,24 @@ launches it on every process under torchrun:
 (``pipeline.distributed.torchrun_command`` builds that line). Rank 0 writes the checkpoint directory
 and, given ``--mlflow-run-id``, logs the learning curve to that MLflow run.
 """
+
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from models.config import ModelConfig
 from models.param_count import output_layer_parameters
-from pipeline.distributed import DistContext, init_from_env, shutdown
+from pipeline.distributed import ONE_PROCESS, DistContext, init_from_env, shutdown
 from pipeline.encoded import EncodedSplit
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.tasks import effective_params
 from pipeline.train import TrainConfig, build_seeded_model, resolve_device, train
 from pipeline.vocab import Vocab
+
 
 def _needs_source_words(mechanism: str, model_cfg: ModelConfig) -> bool:
     """Read-Again with several sentences finds sentence ends by their words (models.read_again)."""
@@ -42,11 +44,14 @@ class TrainJob:
         vocab_dir = self.vocab_dir or self.paths.vocab
         self.src_vocab = Vocab.load(vocab_dir / "src.vocab")
         self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
-        self.model_cfg = ModelConfig.from_dict(section(self.params, "model"), self.mechanism,
-                                               src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab))
+        self.model_cfg = ModelConfig.from_dict(
+            section(self.params, "model"), self.mechanism, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
+        )
         self.train_cfg = TrainConfig.from_dict(section(self.params, "train"))
-        self.splits = {s: EncodedSplit(vocab_dir / "ids" / s, len(self.tgt_vocab), self.train_cfg.max_src_len)
-                       for s in ("train", "valid")}
+        self.splits = {
+            s: EncodedSplit(vocab_dir / "ids" / s, len(self.tgt_vocab), self.train_cfg.max_src_len)
+            for s in ("train", "valid")
+        }
 
     @property
     def data_hash(self) -> str:
@@ -59,18 +64,34 @@ class TrainJob:
 
     def build_model(self):
         model = build_seeded_model(self.mechanism, self.model_cfg, self.train_cfg.seed)
-        return model, {"n_parameters": sum(p.numel() for p in model.parameters()),
-                       "output_layer_parameters": output_layer_parameters(model)}  # WEAN Table 5's quantity
+        return model, {
+            "n_parameters": sum(p.numel() for p in model.parameters()),
+            "output_layer_parameters": output_layer_parameters(model),
+        }  # WEAN Table 5's quantity
 
-    def run(self, ctx: DistContext = DistContext(), on_validate: Callable[[dict], None] | None = None,
-            on_step: Callable[[dict], None] | None = None, checkpoints: Path | None = None) -> list[dict]:
+    def run(
+        self,
+        ctx: DistContext = ONE_PROCESS,
+        on_validate: Callable[[dict], None] | None = None,
+        on_step: Callable[[dict], None] | None = None,
+        checkpoints: Path | None = None,
+    ) -> list[dict]:
         """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>)."""
         model, _ = self.build_model()
         source = self.src_vocab if _needs_source_words(self.mechanism, self.model_cfg) else None
-        return train(model, self.splits["train"], self.splits["valid"], self.train_cfg,
-                     checkpoints or self.paths.checkpoints(self.mechanism), model_config=vars(self.model_cfg),
-                     data_hash=self.data_hash, on_validate=on_validate, on_step=on_step, ctx=ctx,
-                     source_vocab=source)
+        return train(
+            model,
+            self.splits["train"],
+            self.splits["valid"],
+            self.train_cfg,
+            checkpoints or self.paths.checkpoints(self.mechanism),
+            model_config=vars(self.model_cfg),
+            data_hash=self.data_hash,
+            on_validate=on_validate,
+            on_step=on_step,
+            ctx=ctx,
+            source_vocab=source,
+        )
 
 
 def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | None) -> list[str]:
@@ -95,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     ctx = init_from_env(resolve_device(job.train_cfg.device).type)
     on_validate = on_step = None
     if ctx.is_main and args.mlflow_run_id:
-        from pipeline.tracking import run_metric_logger
+        from pipeline.tracking.runs import run_metric_logger
 
         log = run_metric_logger(args.mlflow_run_id)
         on_validate = lambda row: log(row, row["step"])  # noqa: E731

@@ -14,18 +14,22 @@ Line ``i`` (0-based) holds the token with id ``i``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.ipc
 
+from models.specials import (  # noqa: F401 (re-exported: the file format's specials)
+    BOS,
+    EOS,
+    PAD,
+    SPECIALS,
+    UNK,
+)
 from pipeline.shards import write_text_atomic
-
-SPECIALS: tuple[str, ...] = ("<pad>", "<unk>", "<s>", "</s>")
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 @dataclass
@@ -78,7 +82,7 @@ class Vocab:
         write_text_atomic(path, "".join(lines))
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocab":
+    def load(cls, path: str | Path) -> Vocab:
         """Read a file written by :meth:`save`; ValueError naming ``file:line`` if malformed."""
         path = Path(path)
         itos: list[str] = []
@@ -91,7 +95,7 @@ class Vocab:
             lines.pop()  # the final newline
         for lineno, line in enumerate(lines, start=1):
 
-            def bad(msg: str) -> ValueError:
+            def bad(msg: str, lineno: int = lineno, line: str = line) -> ValueError:
                 return ValueError(f"{path}:{lineno}: {msg}: {line!r}")
 
             parts = line.split("\t")
@@ -108,9 +112,7 @@ class Vocab:
             itos.append(tok)
             counts.append(int(raw_count))
         if len(itos) < len(SPECIALS):
-            raise ValueError(
-                f"{path}:{len(lines) + 1}: file ends before the specials {SPECIALS} are all listed"
-            )
+            raise ValueError(f"{path}:{len(lines) + 1}: file ends before the specials {SPECIALS} are all listed")
         return cls(itos, counts)
 
 
@@ -147,9 +149,7 @@ def count_split_tokens(split_dir: str | Path, column: str) -> dict[str, int]:
     return _as_dict(total)
 
 
-def build_vocab(
-    counts: dict[str, int], max_size: int | None = None, min_count: int = 1
-) -> Vocab:
+def build_vocab(counts: dict[str, int], max_size: int | None = None, min_count: int = 1) -> Vocab:
     """Specials, then tokens with ``count >= min_count`` by count desc, ties by token string.
 
     ``max_size`` bounds the total size *including* the specials. Specials found

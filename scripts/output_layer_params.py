@@ -8,6 +8,7 @@ LCSTS vocabulary 4,000 with hidden = embedding = 512. Each mechanism uses its `m
 options from params.yaml. Models are built on the meta device (no memory). The paper's rows are
 printed below ours, marked as such.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,12 +38,16 @@ def main(argv=None) -> None:
     for dataset, (vocab, dim) in SIZES.items():
         sizes = {"src_vocab": vocab, "tgt_vocab": vocab, "emb": dim, "hidden": dim}
         for row in output_layer_table(builders, sizes, options):
-            print(f"| {dataset} | {DISPLAY_NAMES.get(row['mechanism'], row['mechanism'])} "
-                  f"| {row['output_layer']:,} | {row['word_generator']:,} | {row['total']:,} |")
+            print(
+                f"| {dataset} | {DISPLAY_NAMES.get(row['mechanism'], row['mechanism'])} "
+                f"| {row['output_layer']:,} | {row['word_generator']:,} | {row['total']:,} |"
+            )
         for row in paper_table5():
             if row["dataset"] in dataset:
-                print(f"| {dataset} | {row['model']} (paper, {row['formula']}) | | {row['params']:,} "
-                      f"({row['reported']}) | |")
+                print(
+                    f"| {dataset} | {row['model']} (paper, {row['formula']}) | | {row['params']:,} "
+                    f"({row['reported']}) | |"
+                )
 
 
 if __name__ == "__main__":

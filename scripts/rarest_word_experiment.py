@@ -18,6 +18,7 @@ also split by whether that word is one of the 60 pointer words. Prints the numbe
 
     python scripts/rarest_word_experiment.py --steps 3000 --out rarest_word.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,22 +36,36 @@ from models.baselines import build_encdec, build_rnnsearch  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.pointer_softmax import build_pointer_softmax  # noqa: E402
 from pipeline.batching import collate  # noqa: E402
-from pipeline.corpora.rarest_word import Config, fixed_split, sample_examples, vocabulary  # noqa: E402
+from pipeline.corpora.rarest_word import (  # noqa: E402
+    Config,
+    fixed_split,
+    sample_examples,
+    vocabulary,
+)
 from pipeline.search import greedy  # noqa: E402
 from pipeline.train import nll_loss  # noqa: E402
 from pipeline.vocab import SPECIALS  # noqa: E402
 
 
 def to_batch(rows: list[dict], vocab):
-    return collate([r["src"] for r in rows], [r["tgt"] for r in rows], vocab, vocab,
-                   pointers=[r["tgt_pointer"] for r in rows], switches=[r["tgt_switch"] for r in rows])
+    return collate(
+        [r["src"] for r in rows],
+        [r["tgt"] for r in rows],
+        vocab,
+        vocab,
+        pointers=[r["tgt_pointer"] for r in rows],
+        switches=[r["tgt_switch"] for r in rows],
+    )
 
 
 def build(name: str, task: Config, vocab, args) -> torch.nn.Module:
     options = {}
     if name == "pointer_softmax":
-        options = {"shortlist": len(SPECIALS) + task.shortlist_words, "temperature": args.temperature,
-                   "switch_bias": args.switch_bias}
+        options = {
+            "shortlist": len(SPECIALS) + task.shortlist_words,
+            "temperature": args.temperature,
+            "switch_bias": args.switch_bias,
+        }
     cfg = ModelConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), emb=args.emb, hidden=args.hidden, options=options)
     torch.manual_seed(args.seed)
     builders = {"pointer_softmax": build_pointer_softmax, "softmax": build_rnnsearch, "encdec_softmax": build_encdec}
@@ -98,10 +113,14 @@ def train(name: str, task: Config, vocab, valid: list[dict], args) -> tuple[torc
         opt.step()
         if step % args.eval_every == 0 or step == args.steps:
             err = error_rates(model, valid, vocab, task)
-            curve.append({"step": step, "loss": loss.item(), "valid_error": err["error"],
-                          "seconds": time.perf_counter() - t0})
-            print(f"[{name}] step {step} loss {loss.item():.4f} valid error {err['error']:.3f} "
-                  f"(pointer words {err['error_pointer_words']:.3f}) {time.perf_counter() - t0:.0f}s", flush=True)
+            curve.append(
+                {"step": step, "loss": loss.item(), "valid_error": err["error"], "seconds": time.perf_counter() - t0}
+            )
+            print(
+                f"[{name}] step {step} loss {loss.item():.4f} valid error {err['error']:.3f} "
+                f"(pointer words {err['error_pointer_words']:.3f}) {time.perf_counter() - t0:.0f}s",
+                flush=True,
+            )
     return model, curve, time.perf_counter() - t0
 
 
@@ -129,10 +148,17 @@ def main(argv: list[str] | None = None) -> dict:
     task = Config(ratio=args.ratio, seed=args.seed, valid_size=args.valid_size, test_size=args.test_size)
     vocab = vocabulary(task)
     valid, test = fixed_split(task, "valid"), fixed_split(task, "test")
-    results = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-               "task": {"vocab_size": task.vocab_size, "seq_len": task.seq_len, "ratio": task.ratio,
-                        "n_pointer": task.n_pointer, "test_pointer_answers": sum(r["tgt_switch"][0] for r in test)},
-               "paper": {"pointer_softmax": 0.174, "softmax (over all 600 tokens)": 0.482}}
+    results = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "task": {
+            "vocab_size": task.vocab_size,
+            "seq_len": task.seq_len,
+            "ratio": task.ratio,
+            "n_pointer": task.n_pointer,
+            "test_pointer_answers": sum(r["tgt_switch"][0] for r in test),
+        },
+        "paper": {"pointer_softmax": 0.174, "softmax (over all 600 tokens)": 0.482},
+    }
     for name in args.models.split(","):
         model, curve, seconds = train(name, task, vocab, valid, args)
         entry = {"train_seconds": seconds, "curve": curve}
@@ -142,9 +168,12 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             entry["test"] = error_rates(model, test, vocab, task)
         results[name] = entry
-        print(f"[{name}] TEST error {entry['test']['error']:.3f} (pointer words "
-              f"{entry['test']['error_pointer_words']:.3f}, shortlist words {entry['test']['error_shortlist_words']:.3f})"
-              f"; trained {args.steps} steps in {seconds:.0f}s", flush=True)
+        print(
+            f"[{name}] TEST error {entry['test']['error']:.3f} (pointer words "
+            f"{entry['test']['error_pointer_words']:.3f}, shortlist words {entry['test']['error_shortlist_words']:.3f})"
+            f"; trained {args.steps} steps in {seconds:.0f}s",
+            flush=True,
+        )
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
     return results

@@ -29,6 +29,7 @@ Usage::
 
     python scripts/rouge_reference_values.py [--stems] [--multi-bleu path/to/multi-bleu.perl]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,7 +77,7 @@ def build_exception_db(data_dir: Path) -> None:
     """``buildExeptionDB.pl`` with the ``*.exc`` files in sorted order (see module docstring)."""
     perl = (
         'use DB_File; tie %db,"DB_File",$ARGV[1],O_CREAT|O_RDWR,0640,$DB_HASH or die "tie: $!";'
-        'opendir(D,$ARGV[0]) or die; for $f (sort grep {/\\.exc$/} readdir(D)) {'
+        "opendir(D,$ARGV[0]) or die; for $f (sort grep {/\\.exc$/} readdir(D)) {"
         'open(IN,"$ARGV[0]/$f") or die; while(defined($l=<IN>)){chomp $l; @t=split(/\\s+/,$l);'
         "$db{$t[0]}=$t[1];} close IN } untie %db;"
     )
@@ -127,7 +128,9 @@ def run_rouge(home: Path, fixture: dict, options: str, chars: bool) -> dict:
         elif m := _AVG_LINE.match(line):
             avg.setdefault(m.group(1), {})[m.group(2).lower()] = [float(m.group(k)) for k in (3, 4, 5)]
     return {
-        "command": "ROUGE-1.5.5.pl -e data " + options + " -d -a settings.xml"
+        "command": "ROUGE-1.5.5.pl -e data "
+        + options
+        + " -d -a settings.xml"
         + (" (characters mapped to code-point ids)" if chars else ""),
         "per_summary": per,
         "bootstrap_average": avg,
@@ -141,13 +144,19 @@ def dump_stems(home: Path) -> None:
     porter = src[src.index("# Release 1") :]
     prog = (
         'use DB_File; tie %exceptiondb,"DB_File",$ENV{ROUGE_DB},O_RDONLY,0440,$DB_HASH or die;\n'
-        + morph + porter + '\n&initialise();\nwhile(<STDIN>){chomp; print "$_\\t", MorphStem($_), "\\n";}\n'
+        + morph
+        + porter
+        + '\n&initialise();\nwhile(<STDIN>){chomp; print "$_\\t", MorphStem($_), "\\n";}\n'
     )
     words = (FIXTURES / "stem_words.txt").read_text()
     with tempfile.NamedTemporaryFile("w", suffix=".pl", delete=False) as fh:
         fh.write(prog)
     out = subprocess.run(
-        ["perl", fh.name], input=words, capture_output=True, text=True, check=True,
+        ["perl", fh.name],
+        input=words,
+        capture_output=True,
+        text=True,
+        check=True,
         env={"ROUGE_DB": str(home / "data" / "WordNet-2.0.exc.db"), "PATH": "/usr/bin:/bin"},
     ).stdout
     Path(fh.name).unlink()
@@ -167,8 +176,10 @@ def run_multi_bleu(script: Path) -> None:
                     raise SystemExit(f"{path}: multi-bleu.perl needs the same number of references per line")
                 Path(tmp, f"ref{k}").write_text("\n".join(lines) + "\n")
             out = subprocess.run(
-                ["perl", str(script), str(Path(tmp, "ref"))], input="\n".join(fx["hyps"]) + "\n",
-                capture_output=True, text=True,
+                ["perl", str(script), str(Path(tmp, "ref"))],
+                input="\n".join(fx["hyps"]) + "\n",
+                capture_output=True,
+                text=True,
             ).stdout.strip()
         results[path.stem] = out
     write_json_atomic(BLEU_FIXTURES / "expected_multi_bleu.json", results)

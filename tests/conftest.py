@@ -1,8 +1,12 @@
-"""Shared fixtures: a tiny params file (seconds, not minutes) and quiet, local tool settings."""
+"""Shared fixtures and helpers: a tiny params file (seconds, not minutes), quiet, local tool settings,
+toy models and batches checked by hand, the toy copy task, and readers of written splits."""
+
 from __future__ import annotations
 
 import copy
+import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -33,8 +37,9 @@ def _one_torch_thread():
 @pytest.fixture(scope="session")
 def harness():
     """Prefect's test harness (one temporary server, ~22 s) shared by every flow test."""
-    import flows  # noqa: F401  (quiet settings)
     from prefect.testing.utilities import prefect_test_harness
+
+    import flows  # noqa: F401  (quiet settings)
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
@@ -118,3 +123,117 @@ def encoded_task(root: Path, splits: dict[str, list[dict]], src_vocab=None, tgt_
         write_encoded_split(root / "shards" / split, root / "ids" / split, src_vocab, tgt_vocab)
         encoded[split] = EncodedSplit(root / "ids" / split, len(tgt_vocab))
     return encoded, src_vocab, tgt_vocab
+
+
+# ---------------------------------------------------------------------------------------------
+# Toy models and their distributions
+# ---------------------------------------------------------------------------------------------
+def toy_model(
+    build,
+    src_vocab,
+    tgt_vocab,
+    seed: int = 0,
+    scale: float = 2.0,
+    emb: int = 6,
+    hidden: int = 5,
+    config: dict | None = None,
+    **options,
+):
+    """A small model for checks by hand: ``torch.manual_seed(seed)``, a ``ModelConfig`` sized by the
+    two vocabularies (``emb``, ``hidden``, ``config``'s other shared fields such as ``encoder``;
+    ``options`` are the mechanism's own settings), built by ``build`` (a builder ``cfg -> model``, or
+    a mechanism name for ``models.build_model``), then :func:`sharpened` by ``scale`` (eval mode)."""
+    from models import build_model
+    from models.config import ModelConfig
+
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), emb=emb, hidden=hidden, options=options, **(config or {})
+    )
+    model = build_model(build, cfg) if isinstance(build, str) else build(cfg)
+    return sharpened(model, scale)
+
+
+def assert_step_distributions_normalised(model, batch, atol: float = 1e-5) -> list[tuple]:
+    """Encode ``batch`` and step ``model`` through the gold prefix (``tgt_in``), without gradients:
+    every step's log-probabilities are finite, of shape (B, V + X), and their probabilities sum to 1
+    within ``atol`` over the extended vocabulary. Returns ``(log_probs, state, before)`` per step:
+    ``state`` after the step, ``before`` the state the step read, for the caller's further checks."""
+    steps = []
+    with torch.no_grad():
+        before = model.encode(batch)
+        for t in range(batch.tgt_in.size(1)):
+            log_probs, state = model.step(before, batch.tgt_in[:, t])
+            assert log_probs.shape == (batch.size, model.cfg.tgt_vocab + batch.n_ext), t
+            assert torch.isfinite(log_probs).all(), t
+            total = log_probs.double().exp().sum(-1)
+            assert torch.allclose(total, torch.ones_like(total), atol=atol), (t, total)
+            steps.append((log_probs, state, before))
+            before = state
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------
+# The toy copy task ``a X b -> b X`` (tests/test_learning.py, tests/test_serving.py)
+# ---------------------------------------------------------------------------------------------
+TOY_SEEN = [f"s{i}" for i in range(50)]  # training fillers, in the vocabulary
+TOY_UNSEEN = [f"u{i}" for i in range(30)]  # test fillers: in no vocabulary and never in training
+# Rare training fillers: out of vocabulary like the unseen ones, but a different pool, so the
+# encoder meets <unk> fillers in training.
+TOY_RARE = [f"r{i}" for i in range(20)]
+
+
+def toy_copy_example(rng, pool: list[str], rare: float = 0.0) -> tuple[list[str], list[str]]:
+    """One ``(src, tgt)`` pair ``a X b -> b X``: 2 to 6 fillers X from ``pool``, each from
+    :data:`TOY_RARE` instead with probability ``rare``."""
+    x = [rng.choice(TOY_RARE if rng.random() < rare else pool) for _ in range(rng.randint(2, 6))]
+    return ["a", *x, "b"], ["b", *x]
+
+
+def toy_copy_vocab():
+    """The toy task's vocabulary (encoder and decoder): the specials, :data:`TOY_SEEN`, a and b."""
+    from pipeline.vocab import SPECIALS, Vocab
+
+    return Vocab(list(SPECIALS) + TOY_SEEN + ["a", "b"], [0] * 4 + [1] * (len(TOY_SEEN) + 2))
+
+
+def toy_copy_batch(rng, pool: list[str], n: int, rare: float = 0.0):
+    """``n`` examples of :func:`toy_copy_example` and their batch (:func:`toy_copy_vocab` on both
+    sides): ``(pairs, batch)``."""
+    from pipeline.batching import collate
+
+    pairs = [toy_copy_example(rng, pool, rare) for _ in range(n)]
+    vocab = toy_copy_vocab()
+    return pairs, collate([s for s, _ in pairs], [t for _, t in pairs], vocab, vocab)
+
+
+# ---------------------------------------------------------------------------------------------
+# Written splits and small utilities
+# ---------------------------------------------------------------------------------------------
+def shard_row(i: str, src: str, tgt: str, **extra) -> dict:
+    """A shard row from whitespace-separated text: id, src, tgt, the target as its one reference."""
+    return {"id": i, "src": src.split(), "tgt": tgt.split(), "refs": [tgt.split()], **extra}
+
+
+def split_rows(split_dir: Path) -> list[dict]:
+    """The rows of a written split, in order."""
+    from pipeline.shards import read_split
+
+    return read_split(split_dir).to_pylist()
+
+
+def rows_by_id(split_dir: Path) -> dict[str, dict]:
+    """The rows of a written split by id."""
+    return {r["id"]: r for r in split_rows(split_dir)}
+
+
+def quarantine(split_dir: Path) -> list[dict]:
+    """The records of a written split's quarantine.jsonl, in order."""
+    return [json.loads(line) for line in (split_dir / "quarantine.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,6 +4,7 @@ tests/fixtures/sari/expected_multi_bleu.json holds the lines Moses' multi-bleu.p
 bleu_*.json fixtures (``python scripts/rouge_reference_values.py --multi-bleu multi-bleu.perl``);
 sari_turk.json holds SARIsent values of the reference SARI.py, computed once.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,12 +51,14 @@ def test_bleu_variable_reference_counts():
 def test_sari_paper_example():
     """The example in SARI.py (Xu et al. 2016); values also asserted by EASSE's tests."""
     src = "About 95 species are currently accepted ."
-    refs = ["About 95 species are currently known .", "About 95 species are now accepted .",
-            "95 species are now accepted ."]
+    refs = [
+        "About 95 species are currently known .",
+        "About 95 species are now accepted .",
+        "95 species are now accepted .",
+    ]
     assert 100 * sentence_sari(src, "About 95 you now get in .", refs) == pytest.approx(26.82782411698074)
     assert 100 * sentence_sari(src, "About 95 species are now agreed .", refs) == pytest.approx(58.89995423074248)
-    assert 100 * sentence_sari(src, "About 95 species are currently agreed .", refs) == pytest.approx(
-        50.71608864657479)
+    assert 100 * sentence_sari(src, "About 95 species are currently agreed .", refs) == pytest.approx(50.71608864657479)
 
 
 def test_sari_turk_fixture_equals_reference_code():

@@ -11,6 +11,7 @@ Every expected number here is computed independently of the library, in plain Py
   psi_g = W_o s_t (eq. 7);  psi_c(x_j) = tanh(h_j^T W_c) s_t (eq. 8)
   zeta(y_{t-1}) = sum_tau rho_tau h_tau,  rho_tau = p(x_tau, c) / K on x_tau = y_{t-1}  (eq. 9)
 """
+
 from __future__ import annotations
 
 import math
@@ -18,14 +19,18 @@ import math
 import pytest
 import torch
 
-from models import MECHANISMS, build_model
+from models import MECHANISMS
 from models.config import ModelConfig
 from models.copynet import CopyNetOutput
+from models.extended import NEG, mix_scores, scatter_logsumexp
 from pipeline.batching import collate
-from pipeline.extended_vocab import NEG, mix_scores, scatter_logsumexp
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
-from tests.conftest import assert_gradients_reach_every_parameter, sharpened
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_step_distributions_normalised,
+    toy_model,
+)
 
 # ---------------------------------------------------------------------------------------------
 # mix_scores / scatter_logsumexp on a hand-built example
@@ -212,12 +217,9 @@ def _batch():
 
 
 def _model(name: str, seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=len(TGT_VOCAB), emb=12, hidden=16)
-    model = build_model(name, cfg)
-    # Random init is small: scale parameters so that distributions are far from uniform and the
+    # Random init is small: scale parameters (x2) so that distributions are far from uniform and the
     # checks below discriminate.
-    return sharpened(model, 2.0)
+    return toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=seed, scale=2.0, emb=12, hidden=16)
 
 
 def test_batch_fixture_is_what_the_tests_assume() -> None:
@@ -237,25 +239,21 @@ def test_steps_normalised_and_forward_equals_stepwise(name: str) -> None:
     v = len(TGT_VOCAB)
     with torch.no_grad():
         gold = model(batch)  # (B, T)
-        state = model.encode(batch)
-        by_hand = torch.zeros_like(gold, dtype=torch.float64)
-        for t in range(batch.tgt_in.size(1)):
-            log_probs, state = model.step(state, batch.tgt_in[:, t])
-            assert log_probs.shape == (3, v + batch.n_ext)
-            p = log_probs.double().exp()
-            assert torch.allclose(p.sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-5), t
-            can_copy = model.output.can_copy
-            for b in range(3):
-                # Slots beyond the example's own OOVs are impossible.
-                for k in range(len(batch.oovs[b]), batch.n_ext):
-                    assert p[b, v + k].item() < 1e-30, (b, k)
-                if not can_copy:  # cannot copy: every extended slot is impossible
-                    assert p[b, v:].max().item() < 1e-30
-                y = int(batch.tgt_out[b, t])
-                if not can_copy and y >= v:
-                    y = UNK  # a baseline is scored on <unk> for a word only copying could give
-                if y != PAD:
-                    by_hand[b, t] = log_probs[b, y].double()
+    by_hand = torch.zeros_like(gold, dtype=torch.float64)
+    can_copy = model.output.can_copy
+    for t, (log_probs, _, _) in enumerate(assert_step_distributions_normalised(model, batch, atol=1e-5)):
+        p = log_probs.double().exp()
+        for b in range(3):
+            # Slots beyond the example's own OOVs are impossible.
+            for k in range(len(batch.oovs[b]), batch.n_ext):
+                assert p[b, v + k].item() < 1e-30, (b, k)
+            if not can_copy:  # cannot copy: every extended slot is impossible
+                assert p[b, v:].max().item() < 1e-30
+            y = int(batch.tgt_out[b, t])
+            if not can_copy and y >= v:
+                y = UNK  # a baseline is scored on <unk> for a word only copying could give
+            if y != PAD:
+                by_hand[b, t] = log_probs[b, y].double()
     # In eval mode forward scores log p(y_t) for every mechanism (validation loss); the training
     # objectives (Pointer Softmax's joint, the coverage penalty) are checked in their own tests.
     assert torch.allclose(gold.double(), by_hand, atol=1e-5)
@@ -297,8 +295,7 @@ def test_copynet_step_matches_eq_4_to_8_in_float64() -> None:
                 for k in range(len(batch.oovs[b])):
                     pos = [j for j in range(n) if src[j] == v + k]
                     assert pos, "every OOV slot comes from a source position"
-                    assert math.exp(float(log_probs[b, v + k])) == pytest.approx(
-                        float(copy_p[pos].sum()), abs=1e-7)
+                    assert math.exp(float(log_probs[b, v + k])) == pytest.approx(float(copy_p[pos].sum()), abs=1e-7)
                 # copy_logp at padding positions carries no mass.
                 assert copy_p[n:].sum().item() < 1e-30
 
@@ -392,7 +389,11 @@ def test_selective_read_ignores_non_matching_positions_even_at_neg() -> None:
     """With every copy log-prob at NEG (the initial state), rho still covers only the matches."""
     out = CopyNetOutput(ModelConfig(src_vocab=8, tgt_vocab=8, emb=2, hidden=1))
     memory = torch.tensor([[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]])  # (1, 4, 2)
-    state = {"memory": memory, "src_ext": torch.tensor([[5, 6, 5, 7]]),
-             "src_mask": torch.ones(1, 4, dtype=torch.bool), "select_scores": torch.full((1, 4), NEG)}
+    state = {
+        "memory": memory,
+        "src_ext": torch.tensor([[5, 6, 5, 7]]),
+        "src_mask": torch.ones(1, 4, dtype=torch.bool),
+        "select_scores": torch.full((1, 4), NEG),
+    }
     zeta = out.extra_input(state, torch.tensor([5]))
     assert zeta.tolist() == [[2.0, 3.0]]  # mean of positions 0 and 2, not of all four

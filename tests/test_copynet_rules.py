@@ -189,8 +189,7 @@ def test_no_unseen_symbols_outside_test_unseen(small_examples) -> None:
 
 
 def test_small_vocab_bounds() -> None:
-    cfg = RulesConfig(n_rules=10, instances_per_rule=10, vocab_size=30, unseen_pool=3,
-                      unseen_per_rule=4)
+    cfg = RulesConfig(n_rules=10, instances_per_rule=10, vocab_size=30, unseen_pool=3, unseen_per_rule=4)
     ex = generate_examples(cfg)
     for split in ("train", "valid", "test"):
         for row in ex[split]:
@@ -219,9 +218,7 @@ def test_write_splits_byte_identical(tmp_path: Path, small_examples) -> None:
         files = sorted(p.name for p in (tmp_path / "a" / split).iterdir())
         assert "manifest.json" in files
         for f in files:
-            assert (tmp_path / "a" / split / f).read_bytes() == (
-                tmp_path / "b" / split / f
-            ).read_bytes()
+            assert (tmp_path / "a" / split / f).read_bytes() == (tmp_path / "b" / split / f).read_bytes()
         assert m1[split]["params"] == asdict(cfg)
         assert m1[split]["rows_in"] == m1[split]["rows"]
     table = read_split(tmp_path / "a" / "train")

@@ -1,32 +1,36 @@
 """The reader contract: quarantine accounting, dedup/leakage removal, ordered parallel maps, paths."""
+
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import pytest
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    write_corpus,
+)
 from pipeline.parallel import ProcessMap, chunked, serial_map
 from pipeline.shards import make_schema, read_split
-
-
-def row(i: str, src: str, tgt: str) -> dict:
-    return {"id": i, "src": src.split(), "tgt": tgt.split(), "refs": [tgt.split()]}
+from tests.conftest import quarantine, shard_row
 
 
 def test_write_corpus_counts_duplicates_leaks_and_quarantine(tmp_path):
     splits = {
-        "train": iter([
-            row("t1", "a b", "a"),
-            row("t2", "a b", "a"),          # exact duplicate of t1
-            row("t3", "a b", "b"),          # same source, other target: kept
-            row("t4", "x y", "x"),          # source identical to a test source: leakage
-            Quarantined("empty_target", "train.txt:5", {"src": "q"}),
-            row("t6", "c d", "c"),
-        ]),
-        "test": iter([row("e1", "x y", "y"), row("e2", "x y", "y")]),  # eval splits keep duplicates
+        "train": iter(
+            [
+                shard_row("t1", "a b", "a"),
+                shard_row("t2", "a b", "a"),  # exact duplicate of t1
+                shard_row("t3", "a b", "b"),  # same source, other target: kept
+                shard_row("t4", "x y", "x"),  # source identical to a test source: leakage
+                Quarantined("empty_target", "train.txt:5", {"src": "q"}),
+                shard_row("t6", "c d", "c"),
+            ]
+        ),
+        "test": iter([shard_row("e1", "x y", "y"), shard_row("e2", "x y", "y")]),  # eval splits keep duplicates
     }
     stats = {"train": SplitStats()}
     stats["train"].add("too_long", 3)
@@ -38,7 +42,7 @@ def test_write_corpus_counts_duplicates_leaks_and_quarantine(tmp_path):
     assert train["stats"] == {"too_long": 3}
     assert read_split(tmp_path / "train").column("id").to_pylist() == ["t1", "t3", "t6"]
     assert manifests["test"]["rows"] == 2 and manifests["test"]["rows_quarantined"] == 0
-    lines = [json.loads(x) for x in (tmp_path / "train" / "quarantine.jsonl").read_text().splitlines()]
+    lines = quarantine(tmp_path / "train")
     assert {x["reason"] for x in lines} == {"duplicate_pair", "empty_target", "src_in_test"}
     assert {"where": "train.txt:5", "record": {"src": "q"}} in [x["record"] for x in lines]
     assert list(manifests) == ["train", "test"]  # the caller's order, though test was written first
@@ -46,7 +50,7 @@ def test_write_corpus_counts_duplicates_leaks_and_quarantine(tmp_path):
 
 def test_write_corpus_failure_leaves_no_split(tmp_path):
     def broken():
-        yield row("t1", "a", "a")
+        yield shard_row("t1", "a", "a")
         raise CorpusFormatError("train.txt", 7, "unclosed <doc>")
 
     with pytest.raises(CorpusFormatError, match=r"train\.txt:7: unclosed <doc>"):
@@ -72,20 +76,29 @@ def test_resolve_paths_relative_to_raw_root(tmp_path):
     from flows.prepare import resolve_paths
 
     got = resolve_paths(
-        {"docs_dir": "a", "map_file": "/abs/m.txt", "test_files": ["x", "y"], "min_count": 5, "dict_file": None,
-         "cache_dir": "data/cache"},
+        {
+            "docs_dir": "a",
+            "map_file": "/abs/m.txt",
+            "test_files": ["x", "y"],
+            "min_count": 5,
+            "dict_file": None,
+            "cache_dir": "data/cache",
+        },
         tmp_path,
         tmp_path / "project",
     )
     assert got == {
-        "docs_dir": str(tmp_path / "a"), "map_file": "/abs/m.txt",
-        "test_files": [str(tmp_path / "x"), str(tmp_path / "y")], "min_count": 5, "dict_file": None,
+        "docs_dir": str(tmp_path / "a"),
+        "map_file": "/abs/m.txt",
+        "test_files": [str(tmp_path / "x"), str(tmp_path / "y")],
+        "min_count": 5,
+        "dict_file": None,
         "cache_dir": str(tmp_path / "project" / "data/cache"),
     }
 
 
 def test_unknown_reader_is_named():
-    from flows.prepare import reader_module
+    from pipeline.corpora import reader_module
 
     with pytest.raises(ValueError, match=r"unknown reader 'nope'.*copynet_rules"):
         reader_module("nope")

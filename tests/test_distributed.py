@@ -1,9 +1,9 @@
 """Data parallelism: two CPU processes on gloo (DistributedDataParallel, as torchrun runs them) take
 the same optimizer steps as one process on the combined batch, for every mechanism."""
+
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,15 @@ from models.config import ModelConfig
 from pipeline.batching import collate
 from pipeline.corpora.copynet_rules import RulesConfig, generate_examples
 from pipeline.distributed import DistContext, shard_batches, torchrun_command
-from pipeline.train import Progress, TrainConfig, _optimizer, _train_step, build_seeded_model
+from pipeline.train import (
+    Progress,
+    TrainConfig,
+    _optimizer,
+    _train_step,
+    build_seeded_model,
+)
 from pipeline.vocab import build_vocab
+from tests.conftest import free_port
 
 STEPS = 2  # a second step catches parameters DDP never saw a gradient for
 
@@ -37,8 +44,12 @@ def _data():
 
 
 def _setup(mechanism: str, vocab):
-    cfg = ModelConfig.from_dict({"emb": 8, "hidden": 6, "pointer_softmax": {"shortlist": 12}}, mechanism,
-                                src_vocab=len(vocab), tgt_vocab=len(vocab))
+    cfg = ModelConfig.from_dict(
+        {"emb": 8, "hidden": 6, "pointer_softmax": {"shortlist": 12}},
+        mechanism,
+        src_vocab=len(vocab),
+        tgt_vocab=len(vocab),
+    )
     train_cfg = TrainConfig(seed=3, clip=1.0)
     model = build_seeded_model(mechanism, cfg, 0).train()
     return model, train_cfg, _optimizer(train_cfg, model, torch.device("cpu"))
@@ -46,10 +57,15 @@ def _setup(mechanism: str, vocab):
 
 def _steps(net, model, optimizer, train_cfg, batch, ctx: DistContext) -> dict:
     prog, schedule = Progress(), train_cfg.schedule()
-    losses = [_train_step(net, model, optimizer, schedule, batch, train_cfg, torch.device("cpu"), ctx, prog)
-              for _ in range(STEPS)]
-    return {"losses": losses, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "grads": {k: p.grad.clone() for k, p in model.named_parameters()}}
+    losses = [
+        _train_step(net, model, optimizer, schedule, batch, train_cfg, torch.device("cpu"), ctx, prog)
+        for _ in range(STEPS)
+    ]
+    return {
+        "losses": losses,
+        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
+    }
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -57,8 +73,9 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 
     from pipeline.distributed import init_from_env, shutdown
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
     torch.set_num_threads(1)
     ctx = init_from_env("cpu")
     vocab, halves, _ = _data()
@@ -70,16 +87,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     shutdown(ctx)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("ddp")
-    mp.start_processes(_worker, args=(2, _free_port(), str(out)), nprocs=2, start_method="spawn", join=True)
+    mp.start_processes(_worker, args=(2, free_port(), str(out)), nprocs=2, start_method="spawn", join=True)
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 
@@ -108,8 +119,16 @@ def test_each_rank_gets_its_own_equal_share_of_the_batches():
 
 def test_torchrun_command_one_machine_and_several():
     one = torchrun_command("pipeline.train_job", ["--task", "t"], nproc=2)
-    assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", "-m", "pipeline.train_job",
-                       "--task", "t"]
+    assert one[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--standalone",
+        "-m",
+        "pipeline.train_job",
+        "--task",
+        "t",
+    ]
     many = torchrun_command("pipeline.train_job", [], nproc=8, nnodes=4, rdzv_endpoint="node0:29500", rdzv_id="job")
     assert "--nnodes=4" in many and "--rdzv-endpoint=node0:29500" in many and "--rdzv-backend=c10d" in many
     with pytest.raises(ValueError, match="rdzv_endpoint"):

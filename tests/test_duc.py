@@ -1,9 +1,8 @@
 """DUC 2003 / 2004 task 1 reader: documents + 4 reference summaries -> one test split."""
+
 from __future__ import annotations
 
 import hashlib
-
-import json
 import shutil
 from pathlib import Path
 
@@ -12,17 +11,13 @@ import pytest
 from pipeline.corpora import duc
 from pipeline.corpora.common import CorpusFormatError
 from pipeline.shards import read_split
+from tests.conftest import quarantine, shared_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "duc"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def config(root: Path = FIXTURES, **overrides) -> duc.Config:
     return duc.Config.from_dict({"docs_dir": str(root / "docs"), "models_dir": str(root / "models"), **overrides})
-
-
-def quarantine(split_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (split_dir / "quarantine.jsonl").read_text().splitlines()]
 
 
 def test_fixture_rows_refs_and_stats(tmp_path):
@@ -42,9 +37,38 @@ def test_fixture_rows_refs_and_stats(tmp_path):
     apw, nyt = read_split(tmp_path / "test").to_pylist()
     assert apw["id"] == "d100a/APW19990519.0113"
     assert apw["src"] == [
-        "farmers", "whose", "orchards", "could", "n't", "survive", "the", "frosts", "in", "their", "valley",
-        "won", "some", "help", "after", "engineers", "ran", "a", "warm", "air", "fan", "across", "a", "stretch",
-        "of", "their", "land", ",", "a", "report", "said", ".",
+        "farmers",
+        "whose",
+        "orchards",
+        "could",
+        "n't",
+        "survive",
+        "the",
+        "frosts",
+        "in",
+        "their",
+        "valley",
+        "won",
+        "some",
+        "help",
+        "after",
+        "engineers",
+        "ran",
+        "a",
+        "warm",
+        "air",
+        "fan",
+        "across",
+        "a",
+        "stretch",
+        "of",
+        "their",
+        "land",
+        ",",
+        "a",
+        "report",
+        "said",
+        ".",
     ]
     # references in file-name (assessor G, H, I, J) order, tokenised like Gigaword headlines
     assert apw["refs_raw"] == [
@@ -61,9 +85,19 @@ def test_fixture_rows_refs_and_stats(tmp_path):
     ]
     assert apw["tgt"] == apw["refs"][0]
     assert nyt["src"][:5] == ["soil", "quality", "remains", "the", "main"]  # &Cx1f; codes in <HEADER> ignored
-    assert nyt["refs_raw"] == ["Soil, rainfall, and frost timing shape grape harvests.",
-                               "Chilean growers: soil quality matters most"]
-    assert nyt["refs"][1] == ["chilean", "growers", ":", "soil", "quality", "matters", "most"]  # ':' is no pull.py punctuation
+    assert nyt["refs_raw"] == [
+        "Soil, rainfall, and frost timing shape grape harvests.",
+        "Chilean growers: soil quality matters most",
+    ]
+    assert nyt["refs"][1] == [
+        "chilean",
+        "growers",
+        ":",
+        "soil",
+        "quality",
+        "matters",
+        "most",
+    ]  # ':' is no pull.py punctuation
     (missing,) = quarantine(tmp_path / "test")
     assert missing["record"]["where"].endswith("d30016t/APW19981122.0382:2")
     assert missing["record"]["record"]["lead"].startswith("alpair `` acted by the book ''")
@@ -109,10 +143,10 @@ def test_absurdly_long_lead_is_quarantined(tmp_path):
 
 
 def test_shared_duc2003(tmp_path):
-    root = SHARED / "duc2003_task1" / "duc2003"
-    if not root.is_dir():
-        pytest.skip(f"{root} not present")
-    cfg = duc.Config(docs_dir=str(root / "docs.without.headlines"), models_dir=str(root / "detagged.duc2003.abstracts" / "models"))
+    root = shared_path("duc2003_task1", "duc2003")
+    cfg = duc.Config(
+        docs_dir=str(root / "docs.without.headlines"), models_dir=str(root / "detagged.duc2003.abstracts" / "models")
+    )
     manifest = duc.write_splits(cfg, tmp_path)["test"]
     # PROVENANCE: 587 document files, 2,348 model files, 4 per (cluster, document)
     assert (manifest["rows"], manifest["rows_quarantined"]) == (587, 0)

@@ -1,4 +1,5 @@
 """`dvc repro` end to end on a tiny params file, in a temporary copy of the repository."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import pytest
 import yaml
 
 from models import DISPLAY_NAMES
-
 from tests.conftest import REPO, tiny_params
 
 pytestmark = pytest.mark.slow
@@ -28,17 +28,29 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> str:
 @pytest.fixture(scope="module")
 def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
     dst = tmp_path_factory.mktemp("e2e") / "repo"
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for rel in files:
         if (REPO / rel).is_file() and not rel.startswith(("data/", "tests/")):
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, dst / rel)
     params = tiny_params()
     (dst / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{dst / 'mlflow.db'}", "PREFECT_HOME": str(dst / ".prefect"),
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{dst / 'mlflow.db'}",
+        "PREFECT_HOME": str(dst / ".prefect"),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     env.pop("PREFECT_API_URL", None)
     run(["git", "init", "-q"], dst, env)
     run(["git", "add", "-A"], dst, env)
@@ -48,7 +60,7 @@ def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
 
 def changed_stages(repo: Path, env: dict) -> set[str]:
     out = run(["dvc", "status", "--json"], repo, env)
-    return set(json.loads(out[out.index("{"):]))
+    return set(json.loads(out[out.index("{") :]))
 
 
 def test_dvc_repro_end_to_end(repo_copy):
@@ -56,7 +68,9 @@ def test_dvc_repro_end_to_end(repo_copy):
     run(["scripts/with_prefect_server.sh", "dvc", "repro"], repo, env, timeout=900)
 
     mechs = tuple(tiny_params()["mechanisms"])  # every mechanism of the default params
-    assert {"encdec", "rnnsearch", "copynet", "pointer_softmax", "wean", "read_again", "pointer_generator"} <= set(mechs)
+    assert {"encdec", "rnnsearch", "copynet", "pointer_softmax", "wean", "read_again", "pointer_generator"} <= set(
+        mechs
+    )
     for split in ("train", "valid", "test", "test_unseen"):
         manifest = json.loads((repo / f"data/shards/copy_rules/{split}/manifest.json").read_text())
         assert manifest["rows"] > 0 and (repo / f"data/shards/copy_rules/{split}/part-00000.arrow").exists()
@@ -71,34 +85,49 @@ def test_dvc_repro_end_to_end(repo_copy):
 
     # MLflow: one experiment, one parent run, a child per mechanism; every model registered, and the
     # champion alias on the version with the best test top-1 (the task's champion metric).
-    check = f"""
+    check = """
 import json, mlflow
 from mlflow import MlflowClient
 c = MlflowClient()
 exp = c.get_experiment_by_name("copy_rules")
 runs = c.search_runs([exp.experiment_id])
-children = {{r.data.tags.get("mechanism"): r.data.tags.get("mlflow.parentRunId") for r in runs
-            if r.data.tags.get("mechanism")}}
+children = {r.data.tags.get("mechanism"): r.data.tags.get("mlflow.parentRunId") for r in runs
+            if r.data.tags.get("mechanism")}
 champ = c.get_model_version_by_alias("copy_rules", "champion")
 versions = c.search_model_versions("name='copy_rules'")
-print(json.dumps({{"children": children, "champion": champ.tags["mechanism"], "n_versions": len(versions),
-                  "commit": champ.tags.get("git_commit")}}))
+print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_versions": len(versions),
+                  "commit": champ.tags.get("git_commit")}))
 """
     info = json.loads(run([sys.executable, "-c", check], repo, env).strip().splitlines()[-1])
     assert set(info["children"]) == set(mechs) and len(set(info["children"].values())) == 1
     assert None not in info["children"].values()
     assert info["n_versions"] == len(mechs)
-    top1 = {m: json.loads((repo / f"data/eval/runs/copy_rules/{m}/metrics.json").read_text())["test"]["top1"]
-            for m in mechs}
+    top1 = {
+        m: json.loads((repo / f"data/eval/runs/copy_rules/{m}/metrics.json").read_text())["test"]["top1"] for m in mechs
+    }
     assert top1[info["champion"]] == max(top1.values())
     assert "models:/copy_rules@champion" in table
 
     # The predict command answers raw text with the champion (and with a checkpoint directly).
     src = (repo / "data/eval/runs/copy_rules/copynet/predictions/test.jsonl").read_text().splitlines()[0]
     line = " ".join(json.loads(src)["src"])
-    proc = subprocess.run([sys.executable, "-m", "pipeline.predict", "--checkpoint", "data/checkpoints/copy_rules/copynet",
-                           "--task", "copy_rules"], input=line + "\n", cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.tracking.predict",
+            "--checkpoint",
+            "data/checkpoints/copy_rules/copynet",
+            "--task",
+            "copy_rules",
+        ],
+        input=line + "\n",
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == " ".join(json.loads(src)["pred"])
 
@@ -145,8 +174,7 @@ print(json.dumps({{"children": children, "champion": champ.tags["mechanism"], "n
     run(["dvc", "checkout"], repo, env)
 
     # A DVC experiment with a changed param, then compare it with `dvc metrics diff` / `exp show`.
-    out = run(["scripts/with_prefect_server.sh", "dvc", "exp", "run", "-S", "train.epochs=1"], repo, env,
-              timeout=900)
+    out = run(["scripts/with_prefect_server.sh", "dvc", "exp", "run", "-S", "train.epochs=1"], repo, env, timeout=900)
     assert "prepare@copy_rules" not in re.findall(r"Running stage '([^']+)'", out)
     diff = run(["dvc", "metrics", "diff", "--all"], repo, env)
     assert "test.top1" in diff and "copynet/metrics.json" in diff

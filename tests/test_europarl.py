@@ -1,4 +1,5 @@
 """Europarl en-fr + newstest2011 reader (Pointer Softmax section 5.3): formats, filters, pointers."""
+
 from __future__ import annotations
 
 import json
@@ -12,27 +13,22 @@ from pipeline.corpora.common import CorpusFormatError
 from pipeline.parallel import ProcessMap
 from pipeline.shards import read_split
 from pipeline.vocab import Vocab, build_vocab, count_tokens
+from tests.conftest import quarantine, rows_by_id, shared_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "europarl"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 T, F = True, False
 
 
 def fixture_config(root: Path = FIXTURES, **overrides) -> E.Config:
     """The fixture with a 4-word target shortlist (8 with the specials) and max_len 20."""
     settings = dict(
-        europarl_dir=str(root), newstest_dir=str(root / "dev"), max_len=20, shortlist_size=8,
+        europarl_dir=str(root),
+        newstest_dir=str(root / "dev"),
+        max_len=20,
+        shortlist_size=8,
         dictionary_file=str(root / "dict.fr-en.tsv"),
     )
     return E.Config.from_dict({**settings, **overrides})
-
-
-def rows_by_id(split_dir: Path) -> dict[str, dict]:
-    return {r["id"]: r for r in read_split(split_dir).to_pylist()}
-
-
-def quarantine(split_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (split_dir / "quarantine.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +47,23 @@ def test_train_filters_and_counts(written):
     train = manifests["train"]
     assert (train["rows"], train["rows_in"]) == (5, 10)
     assert train["quarantine_reasons"] == {
-        "duplicate_pair": 1, "empty_tgt": 1, "invalid_utf8": 1, "longer_than_max_len": 1, "src_in_valid": 1,
+        "duplicate_pair": 1,
+        "empty_tgt": 1,
+        "invalid_utf8": 1,
+        "longer_than_max_len": 1,
+        "src_in_valid": 1,
     }
     where = {q["reason"]: q["record"]["where"] for q in quarantine(out / "train")}
-    assert where == {
-        "src_in_valid": "europarl-v7.fr-en:5",  # "Mr President, I wish to raise a procedural matter." is a newstest source
-        "longer_than_max_len": "europarl-v7.fr-en.en:6",  # 22 / 29 tokens > 20
-        "duplicate_pair": "europarl-v7.fr-en:7",
-        "empty_tgt": "europarl-v7.fr-en.fr:8",
-        "invalid_utf8": "europarl-v7.fr-en.fr:9",  # a Latin-1 byte on the French side
-    }
+    assert (
+        where
+        == {
+            "src_in_valid": "europarl-v7.fr-en:5",  # "Mr President, I wish to raise a procedural matter." is a newstest source
+            "longer_than_max_len": "europarl-v7.fr-en.en:6",  # 22 / 29 tokens > 20
+            "duplicate_pair": "europarl-v7.fr-en:7",
+            "empty_tgt": "europarl-v7.fr-en.fr:8",
+            "invalid_utf8": "europarl-v7.fr-en.fr:9",  # a Latin-1 byte on the French side
+        }
+    )
     assert list(rows_by_id(out / "train")) == [f"europarl-v7.fr-en:{n}" for n in (1, 2, 3, 4, 10)]
 
 
@@ -94,9 +97,16 @@ def test_pointer_heuristic_on_train_rows(written):
     # rows 1, 2, 3, 4, 10: tgt 4 + 16 + 14 + 10 + 13; oov 3 + 14 + 10 + 8 + 10; identical 1 + 3 + 1 + 2 + 1
     # (motion; Ottawa 9 2012; vote; ( ); Hartley); dictionary 0 + 4 + 0 + 0 + 1
     assert manifests["train"]["stats"] == {
-        "tgt_tokens": 57, "tgt_oov": 45, "pointers_identical": 8, "pointers_dictionary": 5,
-        "oov_unmatched": 32, "identical_per_100": 160.0, "dictionary_per_100": 100.0,
-        "pointers_per_100": 260.0, "shortlist_words": 4, "dictionary_words": 9,
+        "tgt_tokens": 57,
+        "tgt_oov": 45,
+        "pointers_identical": 8,
+        "pointers_dictionary": 5,
+        "oov_unmatched": 32,
+        "identical_per_100": 160.0,
+        "dictionary_per_100": 100.0,
+        "pointers_per_100": 260.0,
+        "shortlist_words": 4,
+        "dictionary_words": 9,
     }
 
 
@@ -105,7 +115,9 @@ def test_sgm_segments_matched_by_docid_and_seg_id(written):
     test = rows_by_id(out / "test")
     # the reference file lists the documents, and the segments of a document, in another order
     assert list(test) == [
-        "newstest2011:europarl-fixture-1:1", "newstest2011:europarl-fixture-1:2", "newstest2011:aktualne.cz-fixture-2:1",
+        "newstest2011:europarl-fixture-1:1",
+        "newstest2011:europarl-fixture-1:2",
+        "newstest2011:aktualne.cz-fixture-2:1",
     ]
     seg = test["newstest2011:europarl-fixture-1:2"]
     assert seg["src"] == ["The", "Parliament", "stood", "&", "applauded", "the", "two", "laureates", "."]
@@ -118,8 +130,14 @@ def test_sgm_segments_matched_by_docid_and_seg_id(written):
         assert manifests[split]["rows"] == 3 and manifests[split]["rows_quarantined"] == 0
         # tgt 12 + 12 + 11; oov 9 + 11 + 9; identical 0 + 1 + 3; dictionary 2 + 1 + 0
         assert manifests[split]["stats"] == {
-            "tgt_tokens": 35, "tgt_oov": 29, "pointers_identical": 4, "pointers_dictionary": 3,
-            "oov_unmatched": 22, "identical_per_100": 133.333, "dictionary_per_100": 100.0, "pointers_per_100": 233.333,
+            "tgt_tokens": 35,
+            "tgt_oov": 29,
+            "pointers_identical": 4,
+            "pointers_dictionary": 3,
+            "oov_unmatched": 22,
+            "identical_per_100": 133.333,
+            "dictionary_per_100": 100.0,
+            "pointers_per_100": 233.333,
         }
 
 
@@ -131,7 +149,10 @@ def test_plain_test_files_give_the_same_pairs(written, tmp_path):
     assert [r["id"] for r in plain] == ["newstest2011:1", "newstest2011:2", "newstest2011:3"]
     strip = lambda rows: [{k: v for k, v in r.items() if k != "id"} for r in rows]
     assert strip(plain) == strip(sgm)
-    assert manifests["train"]["content_sha256"] == (json.loads((out / "train" / "manifest.json").read_text()))["content_sha256"]
+    assert (
+        manifests["train"]["content_sha256"]
+        == (json.loads((out / "train" / "manifest.json").read_text()))["content_sha256"]
+    )
 
 
 def test_options_direction_unmatched_escape(tmp_path):
@@ -204,16 +225,35 @@ REF_SGM = "dev/newstest2011-ref.fr.sgm"
     "file, old, new, message",
     [
         (SRC_SGM, "matter.</seg>", "matter.", r"newstest2011-src\.en\.sgm:4: unclosed <seg>"),
-        (SRC_SGM, "matter.</seg>\n</hl>", "matter.</seg><seg id=\"9\">x</seg>\n</hl>", r"src\.en\.sgm:4: more than one <seg> on a line"),
+        (
+            SRC_SGM,
+            "matter.</seg>\n</hl>",
+            'matter.</seg><seg id="9">x</seg>\n</hl>',
+            r"src\.en\.sgm:4: more than one <seg> on a line",
+        ),
         (SRC_SGM, "</doc>\n<doc", "<doc", r"newstest2011-src\.en\.sgm:2: unclosed <doc> \(next <doc> at line 9\)"),
         (SRC_SGM, "</srcset>\n", "", r"newstest2011-src\.en\.sgm: unclosed <srcset>"),
-        (SRC_SGM, '<doc docid="europarl-fixture-1" genre="news" origlang="en">\n', "", r"src\.en\.sgm:3: <seg> outside a <doc>"),
-        (SRC_SGM, '<seg id="2">', '<seg id="1">', r"src\.en\.sgm:7: duplicate seg id=1 in doc europarl-fixture-1 \(first at line 4\)"),
-        (SRC_SGM, "<p>\n<seg id=\"1\"> ZDS", "stray text\n<seg id=\"1\"> ZDS", r"src\.en\.sgm:11: text outside a <seg>"),
+        (
+            SRC_SGM,
+            '<doc docid="europarl-fixture-1" genre="news" origlang="en">\n',
+            "",
+            r"src\.en\.sgm:3: <seg> outside a <doc>",
+        ),
+        (
+            SRC_SGM,
+            '<seg id="2">',
+            '<seg id="1">',
+            r"src\.en\.sgm:7: duplicate seg id=1 in doc europarl-fixture-1 \(first at line 4\)",
+        ),
+        (SRC_SGM, '<p>\n<seg id="1"> ZDS', 'stray text\n<seg id="1"> ZDS', r"src\.en\.sgm:11: text outside a <seg>"),
         (REF_SGM, 'trglang="fr"', 'trglang="de"', r"ref\.fr\.sgm:1: <refset> has trglang='de', expected 'fr'"),
         # the source has seg 2, the reference lacks it: the reference file is named
-        (REF_SGM, '<seg id="2">', '<seg id="3">',
-         r"newstest2011-ref\.fr\.sgm: no segment docid=europarl-fixture-1 id=2 \(source newstest2011-src\.en\.sgm:7\)"),
+        (
+            REF_SGM,
+            '<seg id="2">',
+            '<seg id="3">',
+            r"newstest2011-ref\.fr\.sgm: no segment docid=europarl-fixture-1 id=2 \(source newstest2011-src\.en\.sgm:7\)",
+        ),
     ],
 )
 def test_malformed_sgml_fails_with_file_and_line(copy_root, tmp_path, file, old, new, message):
@@ -224,7 +264,10 @@ def test_malformed_sgml_fails_with_file_and_line(copy_root, tmp_path, file, old,
 
 def test_reference_segment_without_source_names_the_source_file(copy_root, tmp_path):
     _edit(copy_root / SRC_SGM, '<seg id="2"> The Parliament stood & applauded the two laureates.</seg>\n', "")
-    with pytest.raises(CorpusFormatError, match=r"newstest2011-src\.en\.sgm: no segment docid=europarl-fixture-1 id=2 \(reference newstest2011-ref\.fr\.sgm:9"):
+    with pytest.raises(
+        CorpusFormatError,
+        match=r"newstest2011-src\.en\.sgm: no segment docid=europarl-fixture-1 id=2 \(reference newstest2011-ref\.fr\.sgm:9",
+    ):
         E.write_splits(fixture_config(copy_root), tmp_path / "out")
 
 
@@ -275,10 +318,7 @@ def test_missing_file_and_bad_settings(copy_root, tmp_path):
 
 @pytest.fixture(scope="module")
 def shared() -> tuple[Path, Path]:
-    europarl, newstest = SHARED / "europarl_en_fr", SHARED / "newstest2011_en_fr"
-    if not (europarl.is_dir() and newstest.is_dir()):
-        pytest.skip("../shared/data/europarl_en_fr or newstest2011_en_fr not present")
-    return europarl, newstest
+    return shared_path("europarl_en_fr"), shared_path("newstest2011_en_fr")
 
 
 def test_shared_sgm_and_plain_test_files_hold_the_same_text(shared):
@@ -304,7 +344,9 @@ def test_shared_corpus(shared, tmp_path):
         assert manifests[split]["stats"]["tgt_tokens"] == 84608
     first = read_split(tmp_path / "train").slice(0, 1).to_pylist()[0]
     assert (first["id"], first["src"], first["tgt"]) == (
-        "europarl-v7.fr-en:1", ["Resumption", "of", "the", "session"], ["Reprise", "de", "la", "session"],
+        "europarl-v7.fr-en:1",
+        ["Resumption", "of", "the", "session"],
+        ["Reprise", "de", "la", "session"],
     )
     empty = [q["record"]["where"] for q in quarantine(tmp_path / "train") if q["reason"] == "empty_tgt"]
     assert empty == [f"europarl-v7.fr-en.fr:{n}" for n in (550, 1488, 1847, 1853, 1890, 2078)]

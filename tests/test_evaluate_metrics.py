@@ -1,22 +1,34 @@
 """pipeline.evaluate.score_records: each split scored by the task's metric, with every reference."""
+
 from __future__ import annotations
 
 from pipeline.evaluate import EvalConfig, score_records
 from pipeline.metrics import text_metrics
 
 RECORDS = [
-    {"src": ["the", "cat", "sat", "on", "the", "mat"], "tgt": ["cat", "sat"], "pred": ["the", "cat", "sat"],
-     "nbest": [["the", "cat", "sat"]], "refs": [["cat", "sat"], ["a", "cat", "sat", "down"]],
-     "refs_raw": ["Cat sat.", "A cat sat down."]},
-    {"src": ["dogs", "bark", "loudly"], "tgt": ["dogs", "bark"], "pred": ["dog", "barks"],
-     "nbest": [["dog", "barks"]], "refs": [["dogs", "bark"], ["dogs", "barking"]],
-     "refs_raw": ["Dogs bark.", "Dogs barking."]},
+    {
+        "src": ["the", "cat", "sat", "on", "the", "mat"],
+        "tgt": ["cat", "sat"],
+        "pred": ["the", "cat", "sat"],
+        "nbest": [["the", "cat", "sat"]],
+        "refs": [["cat", "sat"], ["a", "cat", "sat", "down"]],
+        "refs_raw": ["Cat sat.", "A cat sat down."],
+    },
+    {
+        "src": ["dogs", "bark", "loudly"],
+        "tgt": ["dogs", "bark"],
+        "pred": ["dog", "barks"],
+        "nbest": [["dog", "barks"]],
+        "refs": [["dogs", "bark"], ["dogs", "barking"]],
+        "refs_raw": ["Dogs bark.", "Dogs barking."],
+    },
 ]
 
 
 def test_text_metric_uses_all_references_and_the_split_override():
-    cfg = EvalConfig.from_dict({"metric": "rouge_f", "split_metrics": {"valid": "rouge_recall_75"},
-                                "splits": ["test", "valid"]})
+    cfg = EvalConfig.from_dict(
+        {"metric": "rouge_f", "split_metrics": {"valid": "rouge_recall_75"}, "splits": ["test", "valid"]}
+    )
     test = score_records(RECORDS, cfg, "test")
     expected = text_metrics("rouge_f", [r["pred"] for r in RECORDS], [r["refs"] for r in RECORDS])
     assert test == {"metric": "rouge_f", **expected}
@@ -25,8 +37,15 @@ def test_text_metric_uses_all_references_and_the_split_override():
     assert single["rouge1"] != test["rouge1"]
     valid = score_records(RECORDS, cfg, "valid")  # DUC convention on the raw references
     assert valid["metric"] == "rouge_recall_75"
-    assert valid["rouge1"] == text_metrics("rouge_recall_75", [r["pred"] for r in RECORDS],
-                                           [r["refs"] for r in RECORDS], refs_raw=[r["refs_raw"] for r in RECORDS])["rouge1"]
+    assert (
+        valid["rouge1"]
+        == text_metrics(
+            "rouge_recall_75",
+            [r["pred"] for r in RECORDS],
+            [r["refs"] for r in RECORDS],
+            refs_raw=[r["refs_raw"] for r in RECORDS],
+        )["rouge1"]
+    )
 
 
 def test_exact_match_stays_the_default():

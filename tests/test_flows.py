@@ -1,4 +1,5 @@
 """Every stage's Prefect flow, run in-process under Prefect's test harness on a tiny project."""
+
 from __future__ import annotations
 
 import json

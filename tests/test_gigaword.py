@@ -1,8 +1,8 @@
 """Gigaword reader: the Rush et al. release (format rush) and raw SGML (format sgml)."""
+
 from __future__ import annotations
 
 import gzip
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -10,37 +10,36 @@ from pathlib import Path
 import pytest
 
 from pipeline.corpora import gigaword as g
+from pipeline.corpora import ldc_sgml
 from pipeline.corpora.common import CorpusFormatError
 from pipeline.parallel import ProcessMap
-from pipeline.shards import read_manifest, read_split
+from pipeline.shards import read_manifest
+from tests.conftest import quarantine, shared_path, split_rows
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gigaword"
 RUSH = FIXTURES / "rush"
 SGML = FIXTURES / "sgml"
 TREC = FIXTURES / "trec"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def rows(split_dir: Path) -> list[dict]:
-    return read_split(split_dir).to_pylist()
-
-
-def quarantine(split_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (split_dir / "quarantine.jsonl").read_text().splitlines()]
 
 
 def rush_config(**overrides) -> g.Config:
     files = dict(
-        train_src_file=str(RUSH / "train.article.txt"), train_tgt_file=str(RUSH / "train.title.txt"),
-        test_src_file=str(RUSH / "input.txt"), test_tgt_file=str(RUSH / "task1_ref0.txt"),
+        train_src_file=str(RUSH / "train.article.txt"),
+        train_tgt_file=str(RUSH / "train.title.txt"),
+        test_src_file=str(RUSH / "input.txt"),
+        test_tgt_file=str(RUSH / "task1_ref0.txt"),
     )
     return g.Config.from_dict({**files, **overrides})
 
 
 def sgml_config(**overrides) -> g.Config:
     settings = dict(
-        format="sgml", sgml_files=[str(SGML / "cna_eng_200403")], test_sgml_files=[str(SGML / "cna_eng_test")],
-        valid_fraction=0.0, test_fraction=0.0, unk_min_count=1,
+        format="sgml",
+        sgml_files=[str(SGML / "cna_eng_200403")],
+        test_sgml_files=[str(SGML / "cna_eng_test")],
+        valid_fraction=0.0,
+        test_fraction=0.0,
+        unk_min_count=1,
     )
     return g.Config.from_dict({**settings, **overrides})
 
@@ -62,12 +61,12 @@ def test_rush_fixture_rows_quarantine_and_stats(tmp_path):
     assert (test["rows"], test["quarantine_reasons"]) == (2, {"empty_tgt": 1})
     assert test["stats"] == {"src_tokens": 36, "tgt_tokens": 11, "src_unk": 1, "tgt_unk": 1}  # 22 + 14, 5 + 6
 
-    first = rows(tmp_path / "test")[0]
+    first = split_rows(tmp_path / "test")[0]
     assert first["id"] == "input.txt:1"
     assert first["src"][:6] == ["korea", "'s", "daewon", "corp.", "and", "<unk>"]  # UNK -> <unk>
     assert first["tgt"] == ["daewon", "<unk>", "strike", "chip-sharing", "deal"]
     assert first["refs"] == [first["tgt"]]
-    second_train = rows(tmp_path / "train")[1]
+    second_train = split_rows(tmp_path / "train")[1]
     assert second_train["id"] == "train.article.txt:2"
     assert second_train["tgt"] == ["three", "fishermen", "missing", "off", "<unk>", "coast"]
 
@@ -107,7 +106,7 @@ def test_rush_crlf_and_bom(tmp_path):
     (tmp_path / "t.txt").write_bytes(b"hello\r\nsecond UNK\r\n")
     cfg = g.Config(valid_src_file=str(tmp_path / "a.txt"), valid_tgt_file=str(tmp_path / "t.txt"))
     g.write_splits(cfg, tmp_path / "out")
-    got = rows(tmp_path / "out" / "valid")
+    got = split_rows(tmp_path / "out" / "valid")
     assert [r["src"] for r in got] == [["hello", "world", "."], ["second", "line", "."]]
     assert got[1]["tgt"] == ["second", "<unk>"]
 
@@ -137,14 +136,16 @@ def test_config_validation():
 
 
 def test_iter_sgml_docs_gigaword():
-    docs = list(g.iter_sgml_docs(SGML / "cna_eng_200403"))
+    docs = list(ldc_sgml.iter_sgml_docs(SGML / "cna_eng_200403"))
     assert [d.doc_id for d in docs] == [f"CNA_ENG_20040301.000{i}" for i in range(1, 10)]
     assert [d.doc_type for d in docs[:2]] == ["multi", "story"]
     assert [d.line for d in docs[:3]] == [1, 15, 34]
     multi, story = docs[0], docs[1]
     # bare text in <TEXT>: blank lines separate paragraphs
-    assert multi.paragraphs == ["The Evening Courier: Bridge toll to be cut.",
-                                "City officials agreed to lower the bridge toll on Monday."]
+    assert multi.paragraphs == [
+        "The Evening Courier: Bridge toll to be cut.",
+        "City officials agreed to lower the bridge toll on Monday.",
+    ]
     assert story.headline == "FISHERIES AGENCY TO LEASE 14 SURVEY SHIPS"
     assert story.paragraphs == [
         "Taiwan's Fisheries Agency will lease 14 survey ships worth NT$3.2 billion (US$112 million) to monitor "
@@ -158,8 +159,8 @@ def test_iter_sgml_docs_gigaword():
 def test_iter_sgml_docs_reads_gzip(tmp_path):
     gz = tmp_path / "cna_eng_200403.gz"
     gz.write_bytes(gzip.compress((SGML / "cna_eng_200403").read_bytes()))
-    assert list(g.iter_sgml_docs(gz)) == [
-        g.Doc(**{**d.__dict__, "path": str(gz)}) for d in g.iter_sgml_docs(SGML / "cna_eng_200403")
+    assert list(ldc_sgml.iter_sgml_docs(gz)) == [
+        ldc_sgml.Doc(**{**d.__dict__, "path": str(gz)}) for d in ldc_sgml.iter_sgml_docs(SGML / "cna_eng_200403")
     ]
 
 
@@ -167,33 +168,51 @@ def test_iter_sgml_docs_reads_gzip(tmp_path):
     "name, headline, lead",
     [
         # AP: the first of several <HEAD>s; <TEXT> paragraphs start indented
-        ("AP880911-0016", "Tropical Storm Marisol Drifts Toward Leeward Islands",
-         "Tropical Storm Marisol drifted toward the Leeward Islands Monday, and the weather office warned "
-         "residents of low-lying coastal villages to expect strong gusts, flash floods and rough surf."),
+        (
+            "AP880911-0016",
+            "Tropical Storm Marisol Drifts Toward Leeward Islands",
+            "Tropical Storm Marisol drifted toward the Leeward Islands Monday, and the weather office warned "
+            "residents of low-lying coastal villages to expect strong gusts, flash floods and rough surf.",
+        ),
         # WSJ: <HL> with '@' continuation lines and a '----' line before the byline
-        ("WSJ880412-0015", "Burger Chain's Store In Taipei Aims at Young Office Workers",
-         "Three marketing managers gathered in a hotel suite here last week to plan a campaign starring a "
-         "cartoon rooster."),
+        (
+            "WSJ880412-0015",
+            "Burger Chain's Store In Taipei Aims at Young Office Workers",
+            "Three marketing managers gathered in a hotel suite here last week to plan a campaign starring a "
+            "cartoon rooster.",
+        ),
         # LA Times: <HEADLINE> and <TEXT> wrap <P>
-        ("LA020190-0038", "2ND 'BEEG PITSA' PARLOR LEAVES KIEV CROWDS DAZED",
-         'When the shutters rolled up Tuesday at Kiev\'s second Western pizza parlor, hundreds of residents '
-         'lined up in the snow to try "tomato pies" and sample their first "Peppa-roni Speshuls."'),
+        (
+            "LA020190-0038",
+            "2ND 'BEEG PITSA' PARLOR LEAVES KIEV CROWDS DAZED",
+            "When the shutters rolled up Tuesday at Kiev's second Western pizza parlor, hundreds of residents "
+            'lined up in the snow to try "tomato pies" and sample their first "Peppa-roni Speshuls."',
+        ),
         # FT: the "FT  14 JUL 93 /" prefix is not part of the headline; no paragraph marks at all
-        ("FT932-5869", "Pizza chains count the zlotys",
-         "AS THE zloty slides, Polish shopkeepers found an unexpected reason yesterday to cheer the arrival "
-         "of Pizza Palace's franchises."),
+        (
+            "FT932-5869",
+            "Pizza chains count the zlotys",
+            "AS THE zloty slides, Polish shopkeepers found an unexpected reason yesterday to cheer the arrival "
+            "of Pizza Palace's franchises.",
+        ),
         # NYT (DUC 2003 style): control-code entities in <HEADER> are not text; "U.S. Reading" goes on
-        ("NYT19981205.0112", "Libraries to Forgive Fines on Overdue Books",
-         "CHICAGO _ At the U.S. Reading Guild's branches, in the year 2001 there will no longer be overdue "
-         "fines _ only gentle reminders to return books."),
+        (
+            "NYT19981205.0112",
+            "Libraries to Forgive Fines on Overdue Books",
+            "CHICAGO _ At the U.S. Reading Guild's branches, in the year 2001 there will no longer be overdue "
+            "fines _ only gentle reminders to return books.",
+        ),
         # SJMN: the lead is in <LEADPARA> (before <TEXT>); ';   ' separates paragraphs
-        ("SJMN91-06162032", "GLACIER LAKE BURSTS HIKERS FLEE PARK IN ICELAND",
-         "Hundreds of hikers left Vatna Park today after rangers warned that meltwater from a nearby "
-         "glacier could flood the whole valley."),
+        (
+            "SJMN91-06162032",
+            "GLACIER LAKE BURSTS HIKERS FLEE PARK IN ICELAND",
+            "Hundreds of hikers left Vatna Park today after rangers warned that meltwater from a nearby "
+            "glacier could flood the whole valley.",
+        ),
     ],
 )
 def test_trec_variants(name, headline, lead):
-    (doc,) = g.iter_sgml_docs(TREC / name)
+    (doc,) = ldc_sgml.iter_sgml_docs(TREC / name)
     assert (doc.doc_id, doc.doc_type, doc.line) == (name, None, 2)
     assert doc.headline == headline
     assert g.first_sentence(doc.paragraphs) == lead
@@ -201,7 +220,7 @@ def test_trec_variants(name, headline, lead):
 
 def test_unclosed_tag_names_file_and_line():
     with pytest.raises(CorpusFormatError) as err:
-        list(g.iter_sgml_docs(FIXTURES / "bad" / "unclosed_p"))
+        list(ldc_sgml.iter_sgml_docs(FIXTURES / "bad" / "unclosed_p"))
     assert str(err.value) == f"{FIXTURES / 'bad' / 'unclosed_p'}:6: unclosed <P> (reached another <P> at line 8)"
     assert err.value.line == 6
 
@@ -209,7 +228,11 @@ def test_unclosed_tag_names_file_and_line():
 @pytest.mark.parametrize(
     "text, line, what",
     [
-        ('<DOC id="a" type="story">\n<TEXT>\n<P>\nx\n</P>\n</TEXT>\n', 1, "unclosed <DOC> (reached the end of the file)"),
+        (
+            '<DOC id="a" type="story">\n<TEXT>\n<P>\nx\n</P>\n</TEXT>\n',
+            1,
+            "unclosed <DOC> (reached the end of the file)",
+        ),
         ('<DOC id="a">\n<TEXT>\nx\n</DOC>\n', 2, "unclosed <TEXT> (reached </DOC> at line 4)"),
         ('<DOC id="a">\n<HEADLINE>\nx\n</HEADLINE>\n</TEXT>\n</DOC>\n', 5, "</TEXT> without an open <TEXT>"),
         ('<DOC id="a">\n</DOC>\n<DOC id="b">\n<DOC id="c">\n</DOC>\n', 3, "unclosed <DOC> (reached <DOC> at line 4)"),
@@ -221,14 +244,14 @@ def test_malformed_sgml(tmp_path, text, line, what):
     path = tmp_path / "bad.sgml"
     path.write_text(text)
     with pytest.raises(CorpusFormatError) as err:
-        list(g.iter_sgml_docs(path))
+        list(ldc_sgml.iter_sgml_docs(path))
     assert (err.value.line, err.value.what) == (line, what)
 
 
 def test_file_without_docs(tmp_path):
     (tmp_path / "empty").write_text("\n\n")
     with pytest.raises(CorpusFormatError, match="no <DOC> element"):
-        list(g.iter_sgml_docs(tmp_path / "empty"))
+        list(ldc_sgml.iter_sgml_docs(tmp_path / "empty"))
 
 
 def test_invalid_utf8_document_raises_in_iter_and_is_quarantined_by_reader(tmp_path):
@@ -236,7 +259,7 @@ def test_invalid_utf8_document_raises_in_iter_and_is_quarantined_by_reader(tmp_p
     path = tmp_path / "cna_eng_200403"
     path.write_bytes(data)
     with pytest.raises(CorpusFormatError, match=r"cna_eng_200403:15: document is not utf-8"):
-        list(g.iter_sgml_docs(path))
+        list(ldc_sgml.iter_sgml_docs(path))
     manifests = g.write_splits(sgml_config(sgml_files=[str(path)]), tmp_path / "out")
     assert manifests["train"]["quarantine_reasons"]["invalid_utf8"] == 1
     assert manifests["train"]["rows"] == 1  # the other good story is still there
@@ -252,9 +275,9 @@ def test_absurd_sgml_inputs(tmp_path, monkeypatch):
     assert manifests["train"]["quarantine_reasons"]["src_too_long"] == 1  # the 27-token survey-ships lead
     (long,) = [q for q in quarantine(tmp_path / "out" / "train") if q["reason"] == "src_too_long"]
     assert long["record"]["record"]["tokens"] == 27
-    monkeypatch.setattr(g, "MAX_DOC_BYTES", 300)  # a <DOC> this large is a missing </DOC>
+    monkeypatch.setattr(ldc_sgml, "MAX_DOC_BYTES", 300)  # a <DOC> this large is a missing </DOC>
     with pytest.raises(CorpusFormatError, match=r"cna_eng_200403:15: <DOC> larger than"):
-        list(g.iter_sgml_docs(SGML / "cna_eng_200403"))
+        list(ldc_sgml.iter_sgml_docs(SGML / "cna_eng_200403"))
 
 
 # --------------------------------------------------------------------------- #
@@ -291,9 +314,21 @@ def test_headline_tokens_drop_pull_py_punctuation():
     "src, title, reason",
     [
         ("police arrested ten people in the capital city on sunday morning", "police arrest ten people", "no_period"),
-        ("police arrested ten people in the capital city on sunday morning .", "japan police arrest people", "bad_headline_word"),
-        ("police arrested ten people in the capital city on sunday morning .", "police : ten arrested", "bad_headline_word"),
-        ("police arrested ten people in the capital city on sunday morning .", "update # police arrest ten", "bad_headline_word"),
+        (
+            "police arrested ten people in the capital city on sunday morning .",
+            "japan police arrest people",
+            "bad_headline_word",
+        ),
+        (
+            "police arrested ten people in the capital city on sunday morning .",
+            "police : ten arrested",
+            "bad_headline_word",
+        ),
+        (
+            "police arrested ten people in the capital city on sunday morning .",
+            "update # police arrest ten",
+            "bad_headline_word",
+        ),
         ("police arrested ten people .", "police arrest ten people", "src_length"),
         ("police arrested ten people in the capital city on sunday morning .", "police arrest", "tgt_length"),
         ("police arrested ten people in the capital city on sunday morning .", "storm hits the coast", "no_overlap"),
@@ -323,8 +358,13 @@ def test_sgml_fixture_rows_filters_and_stats(tmp_path):
     train, valid, test = manifests["train"], manifests["valid"], manifests["test"]
     assert (train["rows"], train["rows_in"]) == (2, 9)
     assert train["quarantine_reasons"] == {
-        "non_story": 1, "bad_headline_word": 1, "tgt_length": 1, "no_overlap": 1, "no_period": 1,
-        "src_length": 1, "no_headline": 1,
+        "non_story": 1,
+        "bad_headline_word": 1,
+        "tgt_length": 1,
+        "no_overlap": 1,
+        "no_period": 1,
+        "src_length": 1,
+        "no_headline": 1,
     }
     assert train["stats"]["docs"] == 9
     assert {k: v for k, v in train["stats"].items() if k.startswith("filtered_")} == {
@@ -335,32 +375,63 @@ def test_sgml_fixture_rows_filters_and_stats(tmp_path):
     assert (test["rows"], test["quarantine_reasons"]) == (1, {"non_story": 1})
     assert "filtered_no_overlap" not in test["stats"]
 
-    ships, mk = rows(tmp_path / "train")
+    ships, mk = split_rows(tmp_path / "train")
     assert ships["id"] == "CNA_ENG_20040301.0002"
     assert ships["src"] == [
-        "taiwan", "'s", "fisheries", "agency", "will", "lease", "##", "survey", "ships", "worth", "nt$", "#.#",
-        "billion", "-lrb-", "us$", "###", "million", "-rrb-", "to", "monitor", "fish", "stocks", ",", "officials",
-        "said", "friday", ".",
+        "taiwan",
+        "'s",
+        "fisheries",
+        "agency",
+        "will",
+        "lease",
+        "##",
+        "survey",
+        "ships",
+        "worth",
+        "nt$",
+        "#.#",
+        "billion",
+        "-lrb-",
+        "us$",
+        "###",
+        "million",
+        "-rrb-",
+        "to",
+        "monitor",
+        "fish",
+        "stocks",
+        ",",
+        "officials",
+        "said",
+        "friday",
+        ".",
     ]
     assert ships["tgt"] == ["fisheries", "agency", "to", "lease", "##", "survey", "ships"]
     assert mk["src"][:6] == ["m&amp;k", "corp.", "and", "lianho", "rail", "co."]
     assert mk["tgt"] == ["m&amp;k", "lianho", "rail", "sign", "freight", "deal"]  # ',' dropped
-    (mayor,) = rows(tmp_path / "test")
+    (mayor,) = split_rows(tmp_path / "test")
     assert mayor["tgt"] == ["mayor", ":", "city", "will", "not", "retreat", "on", "tolls"]
 
     reasons = {q["record"]["where"].rsplit(":", 1)[1]: q["reason"] for q in quarantine(tmp_path / "train")}
-    assert reasons == {"1": "non_story", "34": "bad_headline_word", "56": "tgt_length", "67": "no_overlap",
-                       "78": "no_period", "89": "src_length", "99": "no_headline"}
+    assert reasons == {
+        "1": "non_story",
+        "34": "bad_headline_word",
+        "56": "tgt_length",
+        "67": "no_overlap",
+        "78": "no_period",
+        "89": "src_length",
+        "99": "no_headline",
+    }
 
 
 def test_sgml_unk_counts_train_only(tmp_path):
     manifests = g.write_splits(sgml_config(unk_min_count=2), tmp_path)
     # kept train leads share only ',', '.', 'said'; no headline word occurs twice
     assert (manifests["train"]["stats"]["src_vocab"], manifests["train"]["stats"]["tgt_vocab"]) == (3, 0)
-    ships = rows(tmp_path / "train")[0]
+    ships = split_rows(tmp_path / "train")[0]
     assert [t for t in ships["src"] if t != "<unk>"] == [",", "said", "."]
     assert set(ships["tgt"]) == {"<unk>"}
-    (mayor,) = rows(tmp_path / "test")
+    (mayor,) = split_rows(tmp_path / "test")
     assert mayor["src"][3] == "said" and mayor["src"][-1] == "." and mayor["src"][0] == "<unk>"
     assert manifests["test"]["stats"]["src_unk"] == len(mayor["src"]) - 2 == 14
 
@@ -381,12 +452,17 @@ def test_sgml_inputs_directories_and_globs(tmp_path):
     shutil.copy(SGML / "cna_eng_200403", tmp_path / "in" / "sub" / "cna_a")
     (tmp_path / "in" / "cna_b.gz").write_bytes(gzip.compress((SGML / "cna_eng_test").read_bytes()))
     assert g.input_files([str(tmp_path / "in")]) == [tmp_path / "in" / "cna_b.gz", tmp_path / "in" / "sub" / "cna_a"]
-    assert g.input_files([str(tmp_path / "in" / "**" / "cna_*")]) == [tmp_path / "in" / "cna_b.gz", tmp_path / "in" / "sub" / "cna_a"]
+    assert g.input_files([str(tmp_path / "in" / "**" / "cna_*")]) == [
+        tmp_path / "in" / "cna_b.gz",
+        tmp_path / "in" / "sub" / "cna_a",
+    ]
     with pytest.raises(FileNotFoundError, match="matches no file"):
         g.input_files([str(tmp_path / "in" / "*.xml")])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         g.input_files([str(tmp_path / "missing")])
-    manifests = g.write_splits(sgml_config(sgml_files=[str(tmp_path / "in")], test_sgml_files=[], test_fraction=0.0), tmp_path / "out")
+    manifests = g.write_splits(
+        sgml_config(sgml_files=[str(tmp_path / "in")], test_sgml_files=[], test_fraction=0.0), tmp_path / "out"
+    )
     assert sum(m["stats"]["docs"] for m in manifests.values()) == 11
 
 
@@ -395,25 +471,20 @@ def test_sgml_inputs_directories_and_globs(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
-def shared(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return path
-
-
 def test_shared_rush_files(tmp_path):
-    train, test = shared("gigaword_train_slice"), shared("gigaword_test_rush")
+    train, test = shared_path("gigaword_train_slice"), shared_path("gigaword_test_rush")
     cfg = g.Config(
-        train_src_file=str(train / "train.article.txt"), train_tgt_file=str(train / "train.title.txt"),
-        test_src_file=str(test / "input.txt"), test_tgt_file=str(test / "task1_ref0.txt"),
+        train_src_file=str(train / "train.article.txt"),
+        train_tgt_file=str(train / "train.title.txt"),
+        test_src_file=str(test / "input.txt"),
+        test_tgt_file=str(test / "task1_ref0.txt"),
     )
     manifests = g.write_splits(cfg, tmp_path)
     assert (manifests["train"]["rows"], manifests["train"]["quarantine_reasons"]) == (881, {"duplicate_pair": 119})
     assert (manifests["test"]["rows"], manifests["test"]["rows_quarantined"]) == (1451, 0)
     # PROVENANCE: 65 of 1000 train articles hold <unk>; the test set's UNK became <unk>
     assert manifests["test"]["stats"] == {"src_tokens": 42848, "tgt_tokens": 12711, "src_unk": 281, "tgt_unk": 601}
-    table = rows(tmp_path / "test")
+    table = split_rows(tmp_path / "test")
     assert not any("UNK" in r["src"] or "UNK" in r["tgt"] for r in table)
     assert table[0]["tgt"] == ["nec", "<unk>", "in", "computer", "sales", "tie-up"]
 
@@ -431,8 +502,8 @@ def _token_profile(table: list[dict], column: str) -> dict:
 
 
 def test_shared_cna_sgml_matches_rush_conventions(tmp_path):
-    cna = shared("gigaword_raw_cna_sample")
-    train, test = shared("gigaword_train_slice"), shared("gigaword_test_rush")
+    cna = shared_path("gigaword_raw_cna_sample")
+    train, test = shared_path("gigaword_train_slice"), shared_path("gigaword_test_rush")
     cfg = g.Config(format="sgml", sgml_files=[str(cna / "cna_eng_*")])
     manifests = g.write_splits(cfg, tmp_path / "sgml")
     # 1,880 documents (887 + 993), 289 of them type="multi"
@@ -444,12 +515,17 @@ def test_shared_cna_sgml_matches_rush_conventions(tmp_path):
 
     # token statistics of (b), rare words kept, against the released Rush files (a)
     g.write_splits(g.Config(format="sgml", sgml_files=[str(cna / "cna_eng_*")], unk_min_count=1), tmp_path / "b")
-    b = [r for s in ("train", "valid", "test") for r in rows(tmp_path / "b" / s)]
-    g.write_splits(g.Config(
-        train_src_file=str(train / "train.article.txt"), train_tgt_file=str(train / "train.title.txt"),
-        test_src_file=str(test / "input.txt"), test_tgt_file=str(test / "task1_ref0.txt"),
-    ), tmp_path / "a")
-    a = rows(tmp_path / "a" / "train") + rows(tmp_path / "a" / "test")
+    b = [r for s in ("train", "valid", "test") for r in split_rows(tmp_path / "b" / s)]
+    g.write_splits(
+        g.Config(
+            train_src_file=str(train / "train.article.txt"),
+            train_tgt_file=str(train / "train.title.txt"),
+            test_src_file=str(test / "input.txt"),
+            test_tgt_file=str(test / "task1_ref0.txt"),
+        ),
+        tmp_path / "a",
+    )
+    a = split_rows(tmp_path / "a" / "train") + split_rows(tmp_path / "a" / "test")
     for column in ("src", "tgt"):
         pa_, pb = _token_profile(a, column), _token_profile(b, column)
         assert pa_["uppercase"] == pb["uppercase"] == 0
@@ -464,12 +540,15 @@ def test_shared_cna_sgml_matches_rush_conventions(tmp_path):
 
 
 def test_shared_duc2001_2002_as_sgml(tmp_path):
-    root = shared("raw_news_duc2001_2002")
-    cfg = g.Config(format="sgml", sgml_files=[
-        str(root / "DUC2001_Summarization_Documents" / "data" / "test" / "docs" / "*" / "*"),
-        str(root / "DUC2001_Summarization_Documents" / "data" / "training" / "*" / "docs" / "*"),
-        str(root / "DUC2002_Summarization_Documents" / "docs" / "*" / "*"),
-    ])
+    root = shared_path("raw_news_duc2001_2002")
+    cfg = g.Config(
+        format="sgml",
+        sgml_files=[
+            str(root / "DUC2001_Summarization_Documents" / "data" / "test" / "docs" / "*" / "*"),
+            str(root / "DUC2001_Summarization_Documents" / "data" / "training" / "*" / "docs" / "*"),
+            str(root / "DUC2002_Summarization_Documents" / "docs" / "*" / "*"),
+        ],
+    )
     manifests = g.write_splits(cfg, tmp_path)
     assert sum(m["stats"]["docs"] for m in manifests.values()) == 1174  # every <DOC> of the 1,174 files
     assert [manifests[s]["rows"] for s in ("train", "valid", "test")] == [522, 31, 54]

@@ -1,7 +1,7 @@
 """LCSTS reader: original PART_* format and CLGE TSV, char and jieba-word views, bad input."""
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jieba
@@ -11,9 +11,9 @@ from pipeline.corpora import lcsts
 from pipeline.corpora.common import CorpusFormatError
 from pipeline.parallel import ProcessMap
 from pipeline.shards import read_split
+from tests.conftest import quarantine, shared_path
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "lcsts"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def config(**kw) -> lcsts.Config:
@@ -22,13 +22,11 @@ def config(**kw) -> lcsts.Config:
 
 def parts(**kw) -> lcsts.Config:
     return lcsts.Config(
-        train_file=str(FIX / "PART_I.txt"), valid_file=str(FIX / "PART_II.txt"), test_file=str(FIX / "PART_III.txt"),
+        train_file=str(FIX / "PART_I.txt"),
+        valid_file=str(FIX / "PART_II.txt"),
+        test_file=str(FIX / "PART_III.txt"),
         **kw,
     )
-
-
-def quarantine(split_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (split_dir / "quarantine.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 def chars(text: str) -> list[str]:
@@ -53,9 +51,16 @@ def test_original_parts_make_train_valid_test_and_filter_by_label(tmp_path):
     assert test[1]["tgt"][:3] == ["P", "2", "P"]
     assert manifests["test"]["rows"] == 3 and manifests["test"]["rows_quarantined"] == 0
     assert manifests["test"]["stats"] == {
-        "human_label_1": 1, "human_label_2": 1, "human_label_3": 1, "human_label_4": 1, "human_label_5": 1,
-        "dropped_human_label_1": 1, "dropped_human_label_2": 1,
-        "src_tokens": 117, "tgt_tokens": 30, "tgt_tokens_in_src": 23,
+        "human_label_1": 1,
+        "human_label_2": 1,
+        "human_label_3": 1,
+        "human_label_4": 1,
+        "human_label_5": 1,
+        "dropped_human_label_1": 1,
+        "dropped_human_label_2": 1,
+        "src_tokens": 117,
+        "tgt_tokens": 30,
+        "tgt_tokens_in_src": 23,
     }
 
     valid = manifests["valid"]
@@ -138,12 +143,20 @@ def test_tsv_bad_lines_are_quarantined_with_their_line(tmp_path):
     m = lcsts.write_splits(config(test_file=str(FIX / "bad.tsv")), tmp_path)["test"]
     assert m["rows"] == 2 and m["rows_in"] == 8
     assert m["quarantine_reasons"] == {
-        "bad_field_count": 2, "empty_line": 1, "empty_summary": 1, "invalid_utf8": 1, "short_text_too_long": 1,
+        "bad_field_count": 2,
+        "empty_line": 1,
+        "empty_summary": 1,
+        "invalid_utf8": 1,
+        "short_text_too_long": 1,
     }
     q = quarantine(tmp_path / "test")
     assert [(x["reason"], x["record"]["where"]) for x in q] == [
-        ("empty_line", "bad.tsv:2"), ("invalid_utf8", "bad.tsv:3"), ("bad_field_count", "bad.tsv:4"),
-        ("bad_field_count", "bad.tsv:5"), ("empty_summary", "bad.tsv:6"), ("short_text_too_long", "bad.tsv:8"),
+        ("empty_line", "bad.tsv:2"),
+        ("invalid_utf8", "bad.tsv:3"),
+        ("bad_field_count", "bad.tsv:4"),
+        ("bad_field_count", "bad.tsv:5"),
+        ("empty_summary", "bad.tsv:6"),
+        ("short_text_too_long", "bad.tsv:8"),
     ]
     assert q[1]["record"]["record"]["byte_offset"] == 58 and "\\xc3(" in q[1]["record"]["record"]["line"]
     assert q[5]["record"]["record"]["chars"] == 1140
@@ -184,14 +197,20 @@ def test_record_problems_are_quarantined_and_blank_lines_tolerated(tmp_path):
     m = lcsts.write_splits(config(test_file=str(FIX / "records.txt")), tmp_path)["test"]
     assert m["rows"] == 2 and m["rows_in"] == 8
     assert m["quarantine_reasons"] == {
-        "bad_human_label": 2, "duplicate_summary": 1, "empty_summary": 1,
-        "missing_human_label": 1, "missing_summary": 1,
+        "bad_human_label": 2,
+        "duplicate_summary": 1,
+        "empty_summary": 1,
+        "missing_human_label": 1,
+        "missing_summary": 1,
     }
     q = quarantine(tmp_path / "test")
     assert [(x["reason"], x["record"]["where"]) for x in q] == [
-        ("missing_summary", "records.txt:10"), ("bad_human_label", "records.txt:16"),
-        ("bad_human_label", "records.txt:25"), ("missing_human_label", "records.txt:34"),
-        ("duplicate_summary", "records.txt:42"), ("empty_summary", "records.txt:54"),
+        ("missing_summary", "records.txt:10"),
+        ("bad_human_label", "records.txt:16"),
+        ("bad_human_label", "records.txt:25"),
+        ("missing_human_label", "records.txt:34"),
+        ("duplicate_summary", "records.txt:42"),
+        ("empty_summary", "records.txt:54"),
     ]
     assert q[2]["record"]["record"]["human_label"] == ["7"] and q[5]["record"]["record"]["doc_id"] == "6"
     rows = read_split(tmp_path / "test").to_pylist()
@@ -242,15 +261,8 @@ def test_config_rejects_bad_settings(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
-def shared(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return path
-
-
 def test_shared_part_iii_half_both_views(tmp_path):
-    part3 = shared("lcsts", "PART_III.txt")
+    part3 = shared_path("lcsts", "PART_III.txt")
     for view in ("char", "word"):
         m = lcsts.write_splits(config(test_file=str(part3), view=view, cache_dir=None), tmp_path / view)["test"]
         # 555 of the 1,106 docs; PROVENANCE: 364 of them scored >= 3 (the paper's 725 over both halves)
@@ -266,7 +278,7 @@ def test_shared_part_iii_half_both_views(tmp_path):
 
 
 def test_shared_clge_subset_char_view(tmp_path):
-    folder = shared("lcsts_clge_subset")
+    folder = shared_path("lcsts_clge_subset")
     cfg = config(
         train_file=str(folder / "train.tsv"), valid_file=str(folder / "val.tsv"), test_file=str(folder / "test.tsv")
     )

@@ -5,6 +5,7 @@ from 50 symbols of the vocabulary (and, 10% of the time, from 20 rare out-of-voc
 test fillers from 30 other symbols that are in no vocabulary (OOV for encoder and decoder) and
 never occur in training, so the only way to produce them is the copy mode.
 """
+
 from __future__ import annotations
 
 import random
@@ -19,23 +20,16 @@ from pipeline.batching import collate
 from pipeline.extended_vocab import ext_ids_to_tokens
 from pipeline.search import greedy
 from pipeline.train import nll_loss
-from pipeline.vocab import SPECIALS, Vocab
+from tests.conftest import TOY_SEEN, TOY_UNSEEN, toy_copy_batch, toy_copy_example, toy_copy_vocab
 
-SEEN = [f"s{i}" for i in range(50)]
-UNSEEN = [f"u{i}" for i in range(30)]
-# Rare words in training: out of vocabulary like the test's unseen fillers, but a different pool.
-# As in real corpora (rare words -> <unk>), the encoder meets <unk> fillers in training, so a copy
-# mechanism learns to copy them by position; without them the <unk> embedding stays at its random
-# init and unseen-filler accuracy depends on the seed.
-TRAIN_RARE = [f"r{i}" for i in range(20)]
+SEEN, UNSEEN = TOY_SEEN, TOY_UNSEEN
+# Rare words in training (conftest's TOY_RARE): out of vocabulary like the test's unseen fillers, but a
+# different pool. As in real corpora (rare words -> <unk>), the encoder meets <unk> fillers in training,
+# so a copy mechanism learns to copy them by position; without them the <unk> embedding stays at its
+# random init and unseen-filler accuracy depends on the seed.
 RARE_RATE = 0.1
-VOCAB = Vocab(list(SPECIALS) + SEEN + ["a", "b"], [0] * 4 + [1] * 52)
+VOCAB = toy_copy_vocab()
 STEPS, BATCH = 300, 32
-
-
-def _example(rng: random.Random, pool: list[str], rare: float = 0.0) -> tuple[list[str], list[str]]:
-    x = [rng.choice(TRAIN_RARE if rng.random() < rare else pool) for _ in range(rng.randint(2, 6))]
-    return ["a", *x, "b"], ["b", *x]
 
 
 def train_toy(name: str, builder=build_model, **options):
@@ -48,8 +42,7 @@ def train_toy(name: str, builder=build_model, **options):
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(STEPS):
-        data = [_example(rng, SEEN, RARE_RATE) for _ in range(BATCH)]
-        batch = collate([s for s, _ in data], [t for _, t in data], VOCAB, VOCAB)
+        _, batch = toy_copy_batch(rng, SEEN, BATCH, RARE_RATE)
         loss, _ = nll_loss(model, batch)
         opt.zero_grad()
         loss.backward()
@@ -59,9 +52,7 @@ def train_toy(name: str, builder=build_model, **options):
 
 
 def exact_match(model, pool: list[str], seed: int, n: int = 100) -> float:
-    rng = random.Random(seed)
-    data = [_example(rng, pool) for _ in range(n)]
-    batch = collate([s for s, _ in data], [t for _, t in data], VOCAB, VOCAB)
+    data, batch = toy_copy_batch(random.Random(seed), pool, n)
     hyps = greedy(model, batch, max_len=12)
     hits = sum(ext_ids_to_tokens(h.ids, batch.oovs[i], VOCAB) == data[i][1] for i, h in enumerate(hyps))
     return hits / n
@@ -76,7 +67,7 @@ def trained():
 
 def test_unseen_fillers_are_really_oov() -> None:
     rng = random.Random(123)
-    src, tgt = _example(rng, UNSEEN)
+    src, tgt = toy_copy_example(rng, UNSEEN)
     batch = collate([src], [tgt], VOCAB, VOCAB)
     assert all(w not in VOCAB for w in src[1:-1])
     assert batch.n_ext == len(set(src[1:-1])) and (batch.tgt_out[0, 1:-1] >= len(VOCAB)).all()
@@ -88,8 +79,10 @@ def test_copynet_copies_unseen_fillers_rnnsearch_cannot(trained) -> None:
     copy_unseen = exact_match(models["copynet"], UNSEEN, seed=2)
     search_seen = exact_match(models["rnnsearch"], SEEN, seed=1)
     search_unseen = exact_match(models["rnnsearch"], UNSEEN, seed=2)
-    print(f"trained both in {seconds:.1f}s; exact match seen/unseen: CopyNet {copy_seen:.2f}/{copy_unseen:.2f}, "
-          f"RNNSearch {search_seen:.2f}/{search_unseen:.2f}")
+    print(
+        f"trained both in {seconds:.1f}s; exact match seen/unseen: CopyNet {copy_seen:.2f}/{copy_unseen:.2f}, "
+        f"RNNSearch {search_seen:.2f}/{search_unseen:.2f}"
+    )
     assert copy_seen >= 0.9
     assert copy_unseen >= 0.9
     # RNNSearch did learn the task on symbols it knows, so its failure on unseen ones is the missing

@@ -14,6 +14,7 @@ the paper's equations with the model's weights read out:
 s_t = GRU([x_t; h*_{t-1}], s_{t-1}) is recomputed by hand too (the GRU equations), so the tests
 also pin down See's order: attention with the updated state s_t.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,15 +23,18 @@ import time
 import pytest
 import torch
 
-from models.config import ModelConfig
+from models.config import dataclass_from_dict
+from models.extended import NEG
 from models.pointer_generator import PointerGeneratorOptions, build_pointer_generator
 from pipeline.batching import collate
-from pipeline.extended_vocab import NEG
-from pipeline.params import dataclass_from_dict
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
-from tests.conftest import assert_gradients_reach_every_parameter, sharpened
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_step_distributions_normalised,
+    toy_model,
+)
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c", "d", "e", "f"], [0] * 4 + [1] * 6)
 TGT_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)  # d, e, f, z* are decoder OOVs
@@ -46,11 +50,8 @@ def _batch():
     return collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB)
 
 
-def _model(seed: int = 0, scale: float = 2.0, emb: int = 6, hidden: int = 5, **options):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=emb, hidden=hidden, options=options)
-    model = build_pointer_generator(cfg)
-    return sharpened(model, scale)
+def _model(**kw):
+    return toy_model(build_pointer_generator, SRC_VOCAB, TGT_VOCAB, **kw)
 
 
 def test_fixture_is_what_the_tests_assume() -> None:
@@ -108,8 +109,10 @@ def _hand_step(model, state: dict, prev: list[int], batch, b: int) -> dict:
     a = [math.exp(v) / z_e for v in e]  # eq. 2
     ctx = sum(a[i] * memory[i] for i in range(n))  # eq. 3
     # eq. 4: two linear layers; <pad> and <s> are never emitted (out of the normaliser)
-    scores = (_f64(out.vocab.weight) @ (_f64(out.proj.weight) @ torch.cat([s_t, ctx]) + _f64(out.proj.bias))
-              + _f64(out.vocab.bias)).tolist()
+    scores = (
+        _f64(out.vocab.weight) @ (_f64(out.proj.weight) @ torch.cat([s_t, ctx]) + _f64(out.proj.bias))
+        + _f64(out.vocab.bias)
+    ).tolist()
     emit = [w for w in range(V) if w not in (PAD, BOS)]
     z_v = sum(math.exp(scores[w]) for w in emit)
     p_vocab = [math.exp(scores[w]) / z_v if w in emit else 0.0 for w in range(V)]
@@ -118,11 +121,12 @@ def _hand_step(model, state: dict, prev: list[int], batch, b: int) -> dict:
     p_gen = 1.0 / (1.0 + math.exp(-g))
     # eq. 9 over the extended vocabulary
     src = batch.src_ext[b, :n].tolist()
-    probs = [p_gen * (p_vocab[w] if w < V else 0.0)
-             + (1 - p_gen) * sum(a[i] for i in range(n) if src[i] == w) for w in range(V + batch.n_ext)]
+    probs = [
+        p_gen * (p_vocab[w] if w < V else 0.0) + (1 - p_gen) * sum(a[i] for i in range(n) if src[i] == w)
+        for w in range(V + batch.n_ext)
+    ]
     covloss = sum(min(a[i], float(cov[i])) for i in range(n))  # eq. 12
-    return {"s": s_t, "attn": a, "context": ctx, "p_vocab": p_vocab, "p_gen": p_gen, "probs": probs,
-            "covloss": covloss}
+    return {"s": s_t, "attn": a, "context": ctx, "p_vocab": p_vocab, "p_gen": p_gen, "probs": probs, "covloss": covloss}
 
 
 @pytest.mark.parametrize("coverage", [True, False])
@@ -161,18 +165,12 @@ def test_step_matches_eq_1_to_11_by_hand(coverage: bool) -> None:
 def test_extended_distribution_sums_to_one(coverage: bool) -> None:
     model = _model(seed=1, coverage=coverage)
     batch = _batch()
-    with torch.no_grad():
-        state = model.encode(batch)
-        for t in range(batch.tgt_in.size(1)):
-            log_probs, state = model.step(state, batch.tgt_in[:, t])
-            assert log_probs.shape == (3, V + batch.n_ext)
-            assert torch.isfinite(log_probs).all()
-            p = log_probs.double().exp()
-            assert torch.allclose(p.sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-5), t
-            assert p[:, PAD].max().item() < 1e-30 and p[:, BOS].max().item() < 1e-30
-            for b in range(3):  # slots past the example's own OOVs are impossible
-                for k in range(len(batch.oovs[b]), batch.n_ext):
-                    assert log_probs[b, V + k].item() <= NEG / 2, (t, b, k)
+    for t, (log_probs, _, _) in enumerate(assert_step_distributions_normalised(model, batch, atol=1e-5)):
+        p = log_probs.double().exp()
+        assert p[:, PAD].max().item() < 1e-30 and p[:, BOS].max().item() < 1e-30
+        for b in range(3):  # slots past the example's own OOVs are impossible
+            for k in range(len(batch.oovs[b]), batch.n_ext):
+                assert log_probs[b, V + k].item() <= NEG / 2, (t, b, k)
 
 
 def test_extreme_weights_stay_finite_in_log_space() -> None:
@@ -180,14 +178,8 @@ def test_extreme_weights_stay_finite_in_log_space() -> None:
     finite, normalised log-distribution and finite gradients (no log 0 anywhere)."""
     model = _model(seed=2, scale=100.0)
     batch = _batch()
-    underflows = 0
-    with torch.no_grad():
-        state = model.encode(batch)
-        for t in range(batch.tgt_in.size(1)):
-            log_probs, state = model.step(state, batch.tgt_in[:, t])
-            underflows += int((state["attn"][state["src_mask"]] == 0).sum())
-            assert torch.isfinite(log_probs).all()
-            assert torch.allclose(log_probs.double().exp().sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-5)
+    steps = assert_step_distributions_normalised(model, batch, atol=1e-5)  # finite and normalised
+    underflows = sum(int((state["attn"][state["src_mask"]] == 0).sum()) for _, state, _ in steps)
     assert underflows > 0  # the case is exercised
     model.train()
     loss, _ = nll_loss(model, batch)
@@ -212,8 +204,9 @@ def _steps_with_gate_bias(bias: float, coverage: bool = True):
             log_probs, state = model.step(state, batch.tgt_in[:, t])
             s_t, ctx = _f64(state["s"]), _f64(state["context"])
             o = model.output
-            scores = (torch.cat([s_t, ctx], -1) @ _f64(o.proj.weight).T + _f64(o.proj.bias)) @ _f64(o.vocab.weight).T \
-                + _f64(o.vocab.bias)  # (B, V), eq. 4
+            scores = (torch.cat([s_t, ctx], -1) @ _f64(o.proj.weight).T + _f64(o.proj.bias)) @ _f64(
+                o.vocab.weight
+            ).T + _f64(o.vocab.bias)  # (B, V), eq. 4
             out.append((log_probs, scores, state["attn"].double()))
     return batch, out
 
@@ -337,8 +330,10 @@ def test_learns_to_copy_unseen_fillers() -> None:
     t0 = time.perf_counter()
     model = train_toy("pointer_generator", builder=build_pointer_generator)  # coverage on, lambda = 1
     seen, unseen = exact_match(model, SEEN, seed=1), exact_match(model, UNSEEN, seed=2)
-    print(f"pointer-generator: trained in {time.perf_counter() - t0:.1f}s; exact match seen {seen:.2f}, "
-          f"unseen {unseen:.2f}")
+    print(
+        f"pointer-generator: trained in {time.perf_counter() - t0:.1f}s; exact match seen {seen:.2f}, "
+        f"unseen {unseen:.2f}"
+    )
     # Measured 1.00 / 0.85 (every miss is a 6-filler source whose copy stops one word early).
     # RNNSearch, which cannot copy, scores <= 0.05 on unseen fillers.
     assert seen >= 0.9

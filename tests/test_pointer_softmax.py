@@ -9,6 +9,7 @@ from the paper's formulas (z_t = 1: shortlist, z_t = 0: location, section 4):
   extended view: p(w) = d_t w_t(w) + (1 - d_t) sum_{j: x_j = w} l_tj
   test time: argmax over [d_t w_t; (1 - d_t) l_t]                       (4.1)
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,14 @@ from models.pointer_softmax import (
     paper_decision,
 )
 from pipeline.batching import collate
-from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
-from tests.conftest import assert_gradients_reach_every_parameter, sharpened
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_step_distributions_normalised,
+    toy_model,
+)
 
 
 def sigmoid(x: float) -> float:
@@ -73,8 +77,9 @@ def _hand_parts(x: list[float], temperature: float) -> tuple[float, dict[int, fl
 
 def _hand_layer(temperature: float = 1.0, **opts) -> PointerSoftmaxOutput:
     cfg = ModelConfig(src_vocab=V, tgt_vocab=V, emb=2, hidden=1)  # [s; c] has 1 + 2 inputs
-    layer = PointerSoftmaxOutput(cfg, PointerSoftmaxOptions(shortlist=SHORT, switch_hidden=1,
-                                                            temperature=temperature, **opts))
+    layer = PointerSoftmaxOutput(
+        cfg, PointerSoftmaxOptions(shortlist=SHORT, switch_hidden=1, temperature=temperature, **opts)
+    )
     with torch.no_grad():
         layer.readout.weight.copy_(torch.tensor(W))
         layer.readout.bias.copy_(torch.tensor(BIAS))
@@ -88,16 +93,21 @@ def _hand_layer(temperature: float = 1.0, **opts) -> PointerSoftmaxOutput:
 def _hand_step(layer: PointerSoftmaxOutput, annotated: bool = True):
     n = len(XS)
     x = torch.tensor(XS)
-    state = {"src_ext": torch.tensor([SRC] * n), "src_mask": torch.ones(n, len(SRC), dtype=torch.bool),
-             "n_ext": 1, "attn": torch.tensor([L_T] * n)}
+    state = {
+        "src_ext": torch.tensor([SRC] * n),
+        "src_mask": torch.ones(n, len(SRC), dtype=torch.bool),
+        "n_ext": 1,
+        "attn": torch.tensor([L_T] * n),
+    }
     state.update(layer.init_state(state))
     log_probs, updates = layer(x[:, :1], x[:, 1:], state)
     state = {**state, **updates}
     target = torch.tensor([r[0] for r in ROWS])
     batch = SimpleNamespace(tgt_pointer=None, tgt_switch=None)
     if annotated:
-        batch = SimpleNamespace(tgt_switch=torch.tensor([[r[1]] for r in ROWS]),
-                                tgt_pointer=torch.tensor([[r[2]] for r in ROWS]))
+        batch = SimpleNamespace(
+            tgt_switch=torch.tensor([[r[1]] for r in ROWS]), tgt_pointer=torch.tensor([[r[2]] for r in ROWS])
+        )
     return log_probs, state, layer.gold_score(log_probs, state, target, 0, batch)
 
 
@@ -137,8 +147,9 @@ def test_rule_without_annotations_not_in_shortlist_but_in_source() -> None:
         else:  # a is in the shortlist (although also in the source); d is in neither: <unk>
             want = math.log(d) + math.log(w[target if target < SHORT else UNK])
         assert gold[row].item() == pytest.approx(want, abs=1e-5), row
-    pointed, pointer = layer.observed_switch(state, torch.tensor([r[0] for r in ROWS]), 0,
-                                             SimpleNamespace(tgt_pointer=None, tgt_switch=None))
+    pointed, pointer = layer.observed_switch(
+        state, torch.tensor([r[0] for r in ROWS]), 0, SimpleNamespace(tgt_pointer=None, tgt_switch=None)
+    )
     assert pointed.tolist() == [False, True, True, False, False]
     assert pointer.tolist() == [-1, 1, 2, -1, -1]
 
@@ -153,14 +164,16 @@ def test_extended_view_and_joint_sum_to_one_by_hand() -> None:
         want = {i: 0.0 for i in range(V + 1)}
         for i, wi in w.items():
             want[i] += d * wi
-        for j, (x_j, l_j) in enumerate(zip(SRC, L_T)):
+        for x_j, l_j in zip(SRC, L_T):
             want[x_j] += (1.0 - d) * l_j  # repeated "a" (positions 0, 3) merges
         for y in range(V + 1):
             assert p[row, y].item() == pytest.approx(want[y], abs=1e-6), (row, y)
         assert p[row].sum().item() == pytest.approx(1.0, abs=1e-6)
         # The joint over (word, z = 1) and (location, z = 0) is a distribution too.
-        joint = (state["ps_log_d"][row].double().exp() * state["ps_log_w"][row].double().exp().sum()
-                 + state["ps_log_1md"][row].double().exp() * state["ps_log_l"][row].double().exp().sum())
+        joint = (
+            state["ps_log_d"][row].double().exp() * state["ps_log_w"][row].double().exp().sum()
+            + state["ps_log_1md"][row].double().exp() * state["ps_log_l"][row].double().exp().sum()
+        )
         assert joint.item() == pytest.approx(1.0, abs=1e-6)
     assert p[:, D].max().item() < 1e-30  # outside the shortlist and not in the source
 
@@ -172,7 +185,7 @@ def test_max_view_is_the_papers_decision_rule_by_hand() -> None:
     ids, pointed, pos = paper_decision(state)
     for row, x in enumerate(XS):
         d, w = _hand_parts(x, 1.0)
-        cands = [(d * wi, i, -1) for i, wi in w.items()] + [((1 - d) * l, SRC[j], j) for j, l in enumerate(L_T)]
+        cands = [(d * wi, i, -1) for i, wi in w.items()] + [((1 - d) * l_j, SRC[j], j) for j, l_j in enumerate(L_T)]
         best, best_id, best_pos = max(cands)
         assert ids[row].item() == best_id and pos[row].item() == best_pos and pointed[row].item() == (best_pos >= 0)
         assert log_probs[row].argmax().item() == best_id
@@ -202,11 +215,8 @@ def _batch(tgts=TGTS):
 
 
 def _model(seed: int = 0, scale: float = 2.0, **options):
-    torch.manual_seed(seed)
     options = {"shortlist": 6, **options}
-    cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=len(TGT_VOCAB), emb=12, hidden=16, options=options)
-    model = build_pointer_softmax(cfg)
-    return sharpened(model, scale)
+    return toy_model(build_pointer_softmax, SRC_VOCAB, TGT_VOCAB, seed=seed, scale=scale, emb=12, hidden=16, **options)
 
 
 def test_options_are_checked() -> None:
@@ -259,17 +269,19 @@ def test_model_step_matches_section_4_in_float64(switch: str) -> None:
                 if switch == "mlp":
                     hidden = torch.tanh(sw.layer1.weight.double() @ x + sw.layer1.bias.double())
                 else:  # phi at eval: alpha h + (1 - alpha) u + d sigma sqrt(2/pi)
+
                     def phi(u, p):
                         h = u.clamp(-1, 1)
                         sig = 0.5 * (torch.sigmoid(p.double() * (h - u)) - 0.5) ** 2
                         return 1.1 * h - 0.1 * u + torch.sign(u) * sig * math.sqrt(2 / math.pi)
+
                     lower = phi(sw.layer1.weight.double() @ x + sw.layer1.bias.double(), sw.act1.p)
                     hidden = phi(sw.layer2.weight.double() @ lower + sw.layer2.bias.double(), sw.act2.p) + lower
                 d = sigmoid(2.0 * float(sw.out.weight.double()[0] @ hidden + sw.out.bias.double()[0]))
                 src = batch.src_ext[b, :n].tolist()
                 l_t = attn[b, :n].tolist()
                 for y in range(v + batch.n_ext):
-                    want = d * w.get(y, 0.0) + (1 - d) * sum(l for l, x_j in zip(l_t, src) if x_j == y)
+                    want = d * w.get(y, 0.0) + (1 - d) * sum(l_j for l_j, x_j in zip(l_t, src) if x_j == y)
                     assert math.exp(float(log_probs[b, y])) == pytest.approx(want, abs=1e-6), (t, b, y)
                 # The training objective: log p(y_t, z_t), z_t by the rule (no annotations here).
                 y = int(target[b, t])
@@ -352,8 +364,12 @@ def test_gradients_finite_when_attention_underflows() -> None:
     x = torch.tensor(XS, requires_grad=True)
     n = len(XS)
     attn = torch.tensor([[1.0, 0.0, 0.0, 0.0]] * n, requires_grad=True)
-    state = {"src_ext": torch.tensor([SRC] * n), "src_mask": torch.ones(n, 4, dtype=torch.bool), "n_ext": 1,
-             "attn": attn}
+    state = {
+        "src_ext": torch.tensor([SRC] * n),
+        "src_mask": torch.ones(n, 4, dtype=torch.bool),
+        "n_ext": 1,
+        "attn": attn,
+    }
     state.update(layer.init_state(state))
     log_probs, updates = layer(x[:, :1], x[:, 1:], state)
     state = {**state, **updates}
@@ -403,11 +419,7 @@ def test_batch_vocabulary_trick() -> None:
                 want = {i for i in range(5)} | (union if scope == "batch" else own[b])
                 assert {i for i in range(v) if allowed[b, i]} == want, (scope, b)
             gold = model(batch, objective=True)  # the training objective (eval mode: no noise)
-            state = model.encode(batch)
-            for t in range(batch.tgt_in.size(1)):
-                log_probs, state = model.step(state, batch.tgt_in[:, t])
-                p = log_probs.double().exp()
-                assert torch.allclose(p.sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-5)
+            for t, (_, state, _) in enumerate(assert_step_distributions_normalised(model, batch, atol=1e-5)):
                 w = state["ps_log_w"].double().exp()
                 assert (w[~allowed] < 1e-30).all()
                 if t == 2:

@@ -1,9 +1,9 @@
 """Pointer Softmax (Gulcehre et al. 2016, section 5.2) pointer data: pure annotation functions,
 entity tagging, and the Gigaword pointer reader on fixtures and on ../shared/data."""
+
 from __future__ import annotations
 
 import importlib.util
-import json
 import pickle
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from pipeline.text.pointers import (
     pointers_per_100,
     unk_pointers,
 )
+from tests.conftest import quarantine, rows_by_id, shared_path
 
 T, F = True, False
 
@@ -92,9 +93,7 @@ def test_entity_pointers_hand_computed():
     ann = entity_pointers(E_SRC, E_SRC_MASK, E_TGT, E_TGT_MASK)
     # ids left to right, source first; the repeated "obama" shares id 2; token level, so the
     # headline's lone "obama" matches the source's "barack obama".
-    assert ann.src == [
-        "@entity1", "@entity2", "met", "@entity3", "@entity4", "in", "@entity5", ",", "@entity2", "said"
-    ]
+    assert ann.src == ["@entity1", "@entity2", "met", "@entity3", "@entity4", "in", "@entity5", ",", "@entity2", "said"]
     assert ann.tgt == ["@entity2", "and", "@entity4", "meet", "in", "@entity6"]  # paris: new id 6
     assert ann.tgt_pointer == [1, -1, 4, -1, -1, -1]  # first occurrence of @entity2 is position 1
     assert ann.tgt_switch == [T, F, T, F, F, F]
@@ -103,8 +102,7 @@ def test_entity_pointers_hand_computed():
 def test_entity_pointers_only_exact_anonymised_matches():
     # "berlin" untagged in the source, tagged in the target: it is a placeholder only in the
     # target, so no pointer; "said" tagged nowhere stays a word even though it is in the source.
-    ann = entity_pointers(["obama", "in", "berlin", "said"], [T, F, F, F],
-                          ["berlin", "said", "obama"], [T, F, T])
+    ann = entity_pointers(["obama", "in", "berlin", "said"], [T, F, F, F], ["berlin", "said", "obama"], [T, F, T])
     assert ann.src == ["@entity1", "in", "berlin", "said"]
     assert ann.tgt == ["@entity2", "said", "@entity1"]
     assert ann.tgt_pointer == [-1, -1, 0]
@@ -176,8 +174,10 @@ def test_entity_mask_named_types_only():
 def test_truecase_all_caps_headline():
     # most frequent spelling wins ('new' x2 over 'NEW'); hyphenated words whole; 'U.K.' through its
     # core 'U.K'; words absent from the body ('aviation') are lowercased
-    body = ("Visiting Economics Minister Kuo Ming-tsai was wary of the new EU-Taiwan "
-            "rules. Kuo met the press in Taipei's new terminal; the U.K. said NEW things.")
+    body = (
+        "Visiting Economics Minister Kuo Ming-tsai was wary of the new EU-Taiwan "
+        "rules. Kuo met the press in Taipei's new terminal; the U.K. said NEW things."
+    )
     headline = "KUO MING-TSAI WARY OF NEW EU-TAIWAN AVIATION RULES IN U.K. 'S TAIPEI".split()
     assert is_all_caps(headline) and not is_all_caps(["Kuo", "MET"]) and not is_all_caps(["1997"])
     assert truecase_from_text(headline, body) == (
@@ -209,8 +209,7 @@ def test_spacy_tagger_missing_model_is_a_clear_error():
 
 
 HAVE_SPACY_MODEL = (
-    importlib.util.find_spec("spacy") is not None
-    and importlib.util.find_spec(entities.DEFAULT_SPACY_MODEL) is not None
+    importlib.util.find_spec("spacy") is not None and importlib.util.find_spec(entities.DEFAULT_SPACY_MODEL) is not None
 )
 
 
@@ -232,14 +231,30 @@ def test_spacy_tagger_real_model():
     assert labels[2] == ["O", "O", "PERSON", "PERSON", "O"]
     # CoreNLP-style token labels: the span's leading article and its brackets are O.
     words = "The European Chamber of Trade -LRB- EuroCham -RRB- in Kaohsiung appealed to the United Kingdom .".split()
-    assert tagger([words])[0] == ["O", "ORG", "ORG", "ORG", "ORG", "O", "ORG", "O", "O", "GPE", "O", "O", "O",
-                                  "GPE", "GPE", "O"]
+    assert tagger([words])[0] == [
+        "O",
+        "ORG",
+        "ORG",
+        "ORG",
+        "ORG",
+        "O",
+        "ORG",
+        "O",
+        "O",
+        "GPE",
+        "O",
+        "O",
+        "O",
+        "GPE",
+        "GPE",
+        "O",
+    ]
 
 
 @pytest.mark.skipif(not HAVE_SPACY_MODEL, reason="spaCy or its English model is not installed (extra 'ner')")
 def test_sgml_entity_pointers_with_spacy(tmp_path):
     manifests = gp.write_splits(_sgml_cfg("entity"), tmp_path)  # the default tagger: spaCy
-    rows = _rows(tmp_path, "train")
+    rows = rows_by_id(tmp_path / "train")
     acer = rows["CNA_ENG_19971001.0002"]
     assert acer["src"][:6] == ["@entity1", "'s", "@entity2", "@entity3", "posted", "record"]  # Taiwan 's Acer Inc.
     assert acer["tgt"] == "acer posts record profits in @entity1".split()  # headline "Acer" untagged
@@ -259,19 +274,20 @@ from pipeline.corpora.common import CorpusFormatError  # noqa: E402
 from pipeline.shards import read_split  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gigaword_pointers"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def _sgml_cfg(mode: str, **extra) -> gp.Config:
-    return gp.Config.from_dict({
-        "format": "sgml", "mode": mode, "sgml_files": [str(FIXTURES / "train.sgml")],
-        "test_sgml_files": [str(FIXTURES / "test.sgml")], "valid_fraction": 0.0, "test_fraction": 0.0,
-        **extra,
-    })
-
-
-def _rows(out: Path, split: str) -> dict[str, dict]:
-    return {r["id"]: r for r in read_split(out / split).to_pylist()}
+    return gp.Config.from_dict(
+        {
+            "format": "sgml",
+            "mode": mode,
+            "sgml_files": [str(FIXTURES / "train.sgml")],
+            "test_sgml_files": [str(FIXTURES / "test.sgml")],
+            "valid_fraction": 0.0,
+            "test_fraction": 0.0,
+            **extra,
+        }
+    )
 
 
 def test_config_checks():
@@ -289,11 +305,16 @@ def test_sgml_unk_pointers_hand_computed(tmp_path):
     manifests = gp.write_splits(_sgml_cfg("unk", unk_min_count=2), tmp_path)
     assert {s: m["rows"] for s, m in manifests.items()} == {"train": 2, "valid": 0, "test": 1}
     assert manifests["train"]["quarantine_reasons"] == {"bad_headline_word": 1, "non_story": 1}
-    rows = _rows(tmp_path, "train")
+    rows = rows_by_id(tmp_path / "train")
     # Train counts (>= 2): source {acer chairman stan shih in taipei on the 's .}, target {in}.
     acer = rows["CNA_ENG_19971001.0002"]
-    assert acer["src"] == ("<unk> 's acer <unk> <unk> <unk> <unk> in the <unk> <unk> <unk> chairman stan shih "
-                           "<unk> <unk> in taipei on <unk> .").split()
+    assert (
+        acer["src"]
+        == (
+            "<unk> 's acer <unk> <unk> <unk> <unk> in the <unk> <unk> <unk> chairman stan shih "
+            "<unk> <unk> in taipei on <unk> ."
+        ).split()
+    )
     assert acer["tgt_orig"] == "acer posts record profits in taiwan".split()
     assert acer["tgt"] == "<unk> <unk> <unk> <unk> in <unk>".split()
     assert acer["tgt_pointer"] == [2, -1, 5, 6, -1, 0]  # posts: only "posted" in the source
@@ -302,15 +323,37 @@ def test_sgml_unk_pointers_hand_computed(tmp_path):
     lee = rows["CNA_ENG_19971001.0004"]
     assert lee["tgt"] == "<unk> <unk> <unk> <unk> <unk> in <unk>".split()
     assert lee["tgt_pointer"] == [1, 2, -1, 6, 7, -1, 9]
-    test = _rows(tmp_path, "test")["CNA_ENG_20040301.0007"]  # the train vocabulary applies
-    assert test["src"] == ("acer <unk> stan shih <unk> on <unk> <unk> the <unk> <unk> <unk> <unk> <unk> <unk> "
-                           "<unk> in <unk> <unk> <unk> .").split()
+    test = rows_by_id(tmp_path / "test")["CNA_ENG_20040301.0007"]  # the train vocabulary applies
+    assert (
+        test["src"]
+        == (
+            "acer <unk> stan shih <unk> on <unk> <unk> the <unk> <unk> <unk> <unk> <unk> <unk> "
+            "<unk> in <unk> <unk> <unk> ."
+        ).split()
+    )
     assert test["tgt_pointer"] == [3, -1, 0, 11, 12, -1, 17]
     stats = manifests["train"]["stats"]
-    assert {k: stats[k] for k in ("examples", "pointers", "pointers_per_100_examples", "tgt_unk",
-                                  "src_vocab", "tgt_vocab", "docs", "filtered_bad_headline_word")} == {
-        "examples": 2, "pointers": 9, "pointers_per_100_examples": 450.0, "tgt_unk": 11,
-        "src_vocab": 10, "tgt_vocab": 1, "docs": 4, "filtered_bad_headline_word": 1,
+    assert {
+        k: stats[k]
+        for k in (
+            "examples",
+            "pointers",
+            "pointers_per_100_examples",
+            "tgt_unk",
+            "src_vocab",
+            "tgt_vocab",
+            "docs",
+            "filtered_bad_headline_word",
+        )
+    } == {
+        "examples": 2,
+        "pointers": 9,
+        "pointers_per_100_examples": 450.0,
+        "tgt_unk": 11,
+        "src_vocab": 10,
+        "tgt_vocab": 1,
+        "docs": 4,
+        "filtered_bad_headline_word": 1,
     }
     assert manifests["test"]["stats"]["pointers_per_100_examples"] == 500.0
 
@@ -318,25 +361,45 @@ def test_sgml_unk_pointers_hand_computed(tmp_path):
 def test_sgml_entity_pointers_with_stub_tagger(tmp_path):
     manifests = gp.write_splits(_sgml_cfg("entity"), tmp_path, tagger=StubTagger())
     assert {s: m["rows"] for s, m in manifests.items()} == {"train": 2, "valid": 0, "test": 1}
-    rows = _rows(tmp_path, "train")
+    rows = rows_by_id(tmp_path / "train")
     acer = rows["CNA_ENG_19971001.0002"]
     # The all-caps headline was recased from the body ("Acer posts record profits in Taiwan").
-    assert acer["src"] == ("@entity1 's @entity2 @entity3 posted record profits in the third quarter , chairman "
-                           "@entity4 @entity5 told reporters in @entity6 on @entity7 .").split()
+    assert (
+        acer["src"]
+        == (
+            "@entity1 's @entity2 @entity3 posted record profits in the third quarter , chairman "
+            "@entity4 @entity5 told reporters in @entity6 on @entity7 ."
+        ).split()
+    )
     assert acer["tgt"] == "@entity2 posts record profits in @entity1".split()
     assert acer["tgt_pointer"] == [2, -1, -1, -1, -1, 0]
     assert acer["tgt_orig"] == "acer posts record profits in taiwan".split()
     lee = rows["CNA_ENG_19971001.0004"]  # a mixed-case headline is tagged as it is
     assert lee["tgt"] == "@entity2 @entity3 @entity9 @entity5 @entity6 @entity10 @entity7".split()
     assert lee["tgt_pointer"] == [1, 2, -1, 6, 7, -1, 9]
-    test = _rows(tmp_path, "test")["CNA_ENG_20040301.0007"]
+    test = rows_by_id(tmp_path / "test")["CNA_ENG_20040301.0007"]
     assert test["tgt"] == "@entity3 says @entity1 will expand in @entity6".split()
     assert test["tgt_pointer"] == [3, -1, 0, -1, -1, -1, 17]
     stats = manifests["train"]["stats"]
-    assert {k: stats[k] for k in ("examples", "pointers", "pointers_per_100_examples", "headlines_recased",
-                                  "src_entity_tokens", "tgt_entity_tokens", "entity_ids")} == {
-        "examples": 2, "pointers": 7, "pointers_per_100_examples": 350.0, "headlines_recased": 1,
-        "src_entity_tokens": 15, "tgt_entity_tokens": 9, "entity_ids": 17,
+    assert {
+        k: stats[k]
+        for k in (
+            "examples",
+            "pointers",
+            "pointers_per_100_examples",
+            "headlines_recased",
+            "src_entity_tokens",
+            "tgt_entity_tokens",
+            "entity_ids",
+        )
+    } == {
+        "examples": 2,
+        "pointers": 7,
+        "pointers_per_100_examples": 350.0,
+        "headlines_recased": 1,
+        "src_entity_tokens": 15,
+        "tgt_entity_tokens": 9,
+        "entity_ids": 17,
     }
     assert manifests["test"]["stats"]["pointers_per_100_examples"] == 300.0
 
@@ -355,8 +418,9 @@ def test_process_pool_gives_the_serial_result(tmp_path):
 
 def test_sgml_bad_input(tmp_path):
     for mode in ("unk", "entity"):
-        cfg = gp.Config.from_dict({"mode": mode, "sgml_files": [str(FIXTURES / "bad_utf8.sgml")],
-                                   "valid_fraction": 0.0, "test_fraction": 0.0})
+        cfg = gp.Config.from_dict(
+            {"mode": mode, "sgml_files": [str(FIXTURES / "bad_utf8.sgml")], "valid_fraction": 0.0, "test_fraction": 0.0}
+        )
         manifests = gp.write_splits(cfg, tmp_path / mode, tagger=StubTagger())
         assert manifests["train"]["rows"] == 0
         assert manifests["train"]["quarantine_reasons"] == {"invalid_utf8": 1}
@@ -377,22 +441,29 @@ def _rush_cfg(mode: str, **extra) -> gp.Config:
 
 
 def test_rush_unk_pointers_hand_computed(tmp_path):
-    cfg = _rush_cfg("unk", unk_min_count=2,
-                    train_src_file=str(FIXTURES / "train.article.txt"), train_tgt_file=str(FIXTURES / "train.title.txt"),
-                    test_src_file=str(FIXTURES / "input.txt"), test_tgt_file=str(FIXTURES / "task1_ref0.txt"))
+    cfg = _rush_cfg(
+        "unk",
+        unk_min_count=2,
+        train_src_file=str(FIXTURES / "train.article.txt"),
+        train_tgt_file=str(FIXTURES / "train.title.txt"),
+        test_src_file=str(FIXTURES / "input.txt"),
+        test_tgt_file=str(FIXTURES / "task1_ref0.txt"),
+    )
     manifests = gp.write_splits(cfg, tmp_path)
-    rows = list(_rows(tmp_path, "train").values())
+    rows = list(rows_by_id(tmp_path / "train").values())
     assert [r["src"] for r in rows] == [
         "tang <unk> set a world record in athens .".split(),
         "<unk> <unk> tang <unk> a world <unk> in athens .".split(),
         "<unk> <unk> set a record .".split(),
     ]
     assert [r["tgt"] for r in rows] == [
-        "china 's tang <unk> sets world record".split(), "china 's tang <unk> world <unk>".split(), "<unk> sets record".split(),
+        "china 's tang <unk> sets world record".split(),
+        "china 's tang <unk> world <unk>".split(),
+        "<unk> sets record".split(),
     ]
     # wins: not in the source ("won"); zhang -> the source's first token, itself a Rush <unk> slot.
     assert [r["tgt_pointer"] for r in rows] == [[-1, -1, -1, 1, -1, -1, -1], [-1, -1, -1, -1, -1, 6], [0, -1, -1]]
-    (test,) = _rows(tmp_path, "test").values()
+    (test,) = rows_by_id(tmp_path / "test").values()
     assert test["id"] == "input.txt:1"
     assert test["src"] == "<unk> <unk> <unk> tang <unk> in athens .".split()
     assert test["tgt"] == ["<unk>"] * 5
@@ -403,13 +474,28 @@ def test_rush_unk_pointers_hand_computed(tmp_path):
 
 
 def test_rush_tagged_entity_pointers_and_bad_lines(tmp_path):
-    cfg = _rush_cfg("entity", max_tokens=20,
-                    train_src_file=str(FIXTURES / "train.article.tag"), train_tgt_file=str(FIXTURES / "train.title.tag"))
+    cfg = _rush_cfg(
+        "entity",
+        max_tokens=20,
+        train_src_file=str(FIXTURES / "train.article.tag"),
+        train_tgt_file=str(FIXTURES / "train.title.tag"),
+    )
     manifests = gp.write_splits(cfg, tmp_path)
-    rows = list(_rows(tmp_path, "train").values())
+    rows = list(rows_by_id(tmp_path / "train").values())
     assert [r["id"] for r in rows] == ["train.article.tag:1", "train.article.tag:2", "train.article.tag:7"]
     assert rows[0]["src"] == [
-        "@entity1", "@entity2", "met", "@entity3", "@entity4", "in", "@entity5", ",", "@entity2", "said", "."]
+        "@entity1",
+        "@entity2",
+        "met",
+        "@entity3",
+        "@entity4",
+        "in",
+        "@entity5",
+        ",",
+        "@entity2",
+        "said",
+        ".",
+    ]
     assert rows[0]["tgt"] == ["@entity2", "and", "@entity4", "meet", "in", "@entity6"]
     assert rows[0]["tgt_pointer"] == [1, -1, 4, -1, -1, -1]
     assert rows[1]["src"] == ["@entity1", "'s", "@entity2", "posted", "####", "profits", "."]  # DATE: no entity
@@ -423,24 +509,38 @@ def test_rush_tagged_entity_pointers_and_bad_lines(tmp_path):
     m = manifests["train"]
     assert m["quarantine_reasons"] == {"bad_tags": 1, "empty_src": 1, "invalid_utf8": 1, "src_too_long": 1}
     assert (m["rows_in"], m["rows"]) == (7, 3)
-    assert {k: m["stats"][k] for k in ("examples", "pointers", "pointers_per_100_examples",
-                                       "src_entity_tokens", "tgt_entity_tokens", "entity_ids")} == {
-        "examples": 3, "pointers": 3, "pointers_per_100_examples": 100.0,
-        "src_entity_tokens": 8, "tgt_entity_tokens": 4, "entity_ids": 8,
+    assert {
+        k: m["stats"][k]
+        for k in (
+            "examples",
+            "pointers",
+            "pointers_per_100_examples",
+            "src_entity_tokens",
+            "tgt_entity_tokens",
+            "entity_ids",
+        )
+    } == {
+        "examples": 3,
+        "pointers": 3,
+        "pointers_per_100_examples": 100.0,
+        "src_entity_tokens": 8,
+        "tgt_entity_tokens": 4,
+        "entity_ids": 8,
     }
-    quarantine = [json.loads(x) for x in (tmp_path / "train" / "quarantine.jsonl").read_text().splitlines()]
-    where = {q["reason"]: q["record"]["where"] for q in quarantine}
+    where = {q["reason"]: q["record"]["where"] for q in quarantine(tmp_path / "train")}
     assert where["bad_tags"] == "train.article.tag:4" and where["invalid_utf8"] == "train.article.tag:5"
 
 
 def test_rush_tagged_file_errors(tmp_path):
-    cfg = _rush_cfg("entity", train_src_file=str(FIXTURES / "train.article.tag"),
-                    train_tgt_file=str(FIXTURES / "short.title.tag"))
+    cfg = _rush_cfg(
+        "entity", train_src_file=str(FIXTURES / "train.article.tag"), train_tgt_file=str(FIXTURES / "short.title.tag")
+    )
     with pytest.raises(CorpusFormatError, match=r"train.article.tag:2: line-aligned files differ"):
         gp.write_splits(cfg, tmp_path)
     # The plain (untagged) Rush release given to entity mode: an error at its first line.
-    cfg = _rush_cfg("entity", train_src_file=str(FIXTURES / "train.article.txt"),
-                    train_tgt_file=str(FIXTURES / "train.title.txt"))
+    cfg = _rush_cfg(
+        "entity", train_src_file=str(FIXTURES / "train.article.txt"), train_tgt_file=str(FIXTURES / "train.title.txt")
+    )
     with pytest.raises(CorpusFormatError, match=r"train.article.txt:1: .*neither case nor tags"):
         gp.write_splits(cfg, tmp_path)
     assert not (tmp_path / "train").exists()
@@ -451,26 +551,23 @@ def test_rush_tagged_file_errors(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
-def _shared(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return path
-
-
 def _summary(manifests: dict) -> dict:
-    return {s: (m["rows"], m["rows_quarantined"], m["stats"]["pointers"], m["stats"]["pointers_per_100_examples"])
-            for s, m in manifests.items()}
+    return {
+        s: (m["rows"], m["rows_quarantined"], m["stats"]["pointers"], m["stats"]["pointers_per_100_examples"])
+        for s, m in manifests.items()
+    }
 
 
 def test_shared_cna_sgml_unk(tmp_path):
-    cna = _shared("gigaword_raw_cna_sample")
+    cna = shared_path("gigaword_raw_cna_sample")
     cfg = gp.Config.from_dict({"mode": "unk", "sgml_files": [str(cna / "cna_eng_*")]})
     manifests = gp.write_splits(cfg, tmp_path)
     # (rows, quarantined, pointers, per 100): 1,048 train pairs make a tiny vocabulary (956 source
     # / 290 target words >= 5), hence far more UNKs than the paper's 3.8M pairs (2.7 / 9.1).
     assert _summary(manifests) == {
-        "train": (1045, 660, 2033, 193.99), "valid": (56, 38, 128, 228.57), "test": (67, 14, 146, 217.91),
+        "train": (1045, 660, 2033, 193.99),
+        "valid": (56, 38, 128, 228.57),
+        "test": (67, 14, 146, 217.91),
     }
     train = manifests["train"]
     assert (train["stats"]["src_vocab"], train["stats"]["tgt_vocab"]) == (956, 290)
@@ -485,11 +582,13 @@ def test_shared_cna_sgml_unk(tmp_path):
 
 
 def test_shared_cna_sgml_entity_stub_tagger(tmp_path):
-    cna = _shared("gigaword_raw_cna_sample")
+    cna = shared_path("gigaword_raw_cna_sample")
     cfg = gp.Config.from_dict({"mode": "entity", "sgml_files": [str(cna / "cna_eng_*")]})
     manifests = gp.write_splits(cfg, tmp_path, tagger=StubTagger())
     assert _summary(manifests) == {
-        "train": (1034, 671, 1453, 137.86), "valid": (56, 38, 82, 146.43), "test": (67, 14, 101, 150.75),
+        "train": (1034, 671, 1453, 137.86),
+        "valid": (56, 38, 82, 146.43),
+        "test": (67, 14, 101, 150.75),
     }
     assert manifests["train"]["stats"]["headlines_recased"] == 1053  # CNA headlines are upper case
     for row in read_split(tmp_path / "test").to_pylist():
@@ -499,12 +598,17 @@ def test_shared_cna_sgml_entity_stub_tagger(tmp_path):
 
 
 def test_shared_rush_release_unk(tmp_path):
-    train, test = _shared("gigaword_train_slice"), _shared("gigaword_test_rush")
-    cfg = gp.Config.from_dict({
-        "format": "rush", "mode": "unk",
-        "train_src_file": str(train / "train.article.txt"), "train_tgt_file": str(train / "train.title.txt"),
-        "test_src_file": str(test / "input.txt"), "test_tgt_file": str(test / "task1_ref0.txt"),
-    })
+    train, test = shared_path("gigaword_train_slice"), shared_path("gigaword_test_rush")
+    cfg = gp.Config.from_dict(
+        {
+            "format": "rush",
+            "mode": "unk",
+            "train_src_file": str(train / "train.article.txt"),
+            "train_tgt_file": str(train / "train.title.txt"),
+            "test_src_file": str(test / "input.txt"),
+            "test_tgt_file": str(test / "task1_ref0.txt"),
+        }
+    )
     manifests = gp.write_splits(cfg, tmp_path)
     assert _summary(manifests) == {"train": (874, 126, 1442, 163.68), "test": (1451, 0, 3284, 226.33)}
     assert manifests["train"]["quarantine_reasons"] == {"duplicate_pair": 126}

@@ -1,4 +1,5 @@
 """The rarest-word task generator (Pointer Softmax section 5.1)."""
+
 from __future__ import annotations
 
 import math

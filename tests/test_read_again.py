@@ -18,6 +18,7 @@ sentence, in float64, straight from the paper's equations with the model's weigh
 torch's GRU cells keep the gate 1 - z_i where the paper writes z_i; the hand formulas below use
 the paper's z_i = 1 - sigmoid(.) on torch's weights.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,11 +30,14 @@ import torch
 from models.config import ModelConfig
 from models.read_again import ReadAgainOptions, build_read_again
 from pipeline.batching import collate
-from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
-from tests.conftest import assert_gradients_reach_every_parameter, sharpened
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_step_distributions_normalised,
+    toy_model,
+)
 
 SRC_WORDS = ["a", "b", "c", "d", "e", "f", "g", "."]  # encoder vocabulary
 TGT_WORDS = ["a", "b", "c", "d", "e"]  # decoder vocabulary V = 9; f, g, zz, qq are OOV for it
@@ -62,11 +66,8 @@ def _batch(srcs=SRCS, tgts=TGTS):
     return collate(srcs, tgts, SRC_VOCAB, TGT_VOCAB)
 
 
-def _model(seed: int = 0, scale: float = 2.0, emb: int = 6, hidden: int = 5, **options):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=emb, hidden=hidden, options=options)
-    model = build_read_again(cfg)
-    return sharpened(model, scale)
+def _model(**kw):
+    return toy_model(build_read_again, SRC_VOCAB, TGT_VOCAB, **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,8 +184,9 @@ def _reference_encoder(enc, xs, tokens, cell, mode, k):
             w = [_p64(enc.rnn2, n) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
             h = torch.zeros(m, dtype=torch.float64)  # h_0^2 = 0 per sentence (eq. 9)
             for i in pos:
-                alpha = torch.tanh(_p64(enc.w_e, "weight") @ h1[i] + _p64(enc.u_e, "weight") @ g
-                                   + _p64(enc.v_e, "weight") @ xs[i])  # eq. 5
+                alpha = torch.tanh(
+                    _p64(enc.w_e, "weight") @ h1[i] + _p64(enc.u_e, "weight") @ g + _p64(enc.v_e, "weight") @ xs[i]
+                )  # eq. 5
                 h = (1.0 - alpha) * h + alpha * _gru(xs[i], h, *w)  # eq. 4
                 memory[i] = h
         else:
@@ -300,23 +302,25 @@ def test_decoder_steps_and_likelihood_by_hand(cell: str, mode: str) -> None:
     emit = [y for y in range(K_DEC) if y not in (PAD, BOS)]  # Y minus what is never emitted
     paths = set()
     total = [0.0, 0.0, 0.0]
+    steps = assert_step_distributions_normalised(model, batch, atol=1e-5)
     with torch.no_grad():
         gold = model(batch)  # (B, T)
-        state = model.encode(batch)
-        for t in range(batch.tgt_in.size(1)):
-            before = state
-            log_probs, state = model.step(state, batch.tgt_in[:, t])
-            assert log_probs.shape == (3, V + batch.n_ext)
+        for t, (log_probs, state, before) in enumerate(steps):
             p_all = log_probs.double().exp()
-            assert torch.allclose(p_all.sum(-1), torch.ones(3, dtype=torch.float64), atol=1e-5)
             for b in range(3):
                 n = int(batch.src_len[b])
                 mem = before["memory"][b, :n].double()  # (n, M)
                 x, path = _hand_input(model, before, b, int(batch.tgt_in[b, t]))
                 paths.add(path)
                 s_prev, c_prev = before["s"][b].double(), before["cell"][b].double()
-                o = torch.tanh((_p64(att.query, "weight") @ s_prev).unsqueeze(0) + mem @ _p64(att.key, "weight").T
-                               + _p64(att.key, "bias")) @ _p64(att.v, "weight")[0]  # eq. 14, (n,)
+                o = (
+                    torch.tanh(
+                        (_p64(att.query, "weight") @ s_prev).unsqueeze(0)
+                        + mem @ _p64(att.key, "weight").T
+                        + _p64(att.key, "bias")
+                    )
+                    @ _p64(att.v, "weight")[0]
+                )  # eq. 14, (n,)
                 beta = torch.softmax(o, dim=0)
                 ctx = beta @ mem  # eq. 13
                 s_t, _ = _lstm(torch.cat([x, ctx]), s_prev, c_prev, *lstm_w)  # eq. 12
@@ -416,6 +420,8 @@ def test_learns_to_copy_unseen_fillers() -> None:
     t0 = time.perf_counter()
     model = train_toy("read_again", builder=build_read_again)  # defaults: LSTM read-again, single sentence
     seen, unseen = exact_match(model, SEEN, seed=1), exact_match(model, UNSEEN, seed=2)
-    print(f"read_again (lstm) trained in {time.perf_counter() - t0:.1f}s; exact match seen {seen:.2f} unseen {unseen:.2f}")
+    print(
+        f"read_again (lstm) trained in {time.perf_counter() - t0:.1f}s; exact match seen {seen:.2f} unseen {unseen:.2f}"
+    )
     assert seen >= 0.9
     assert unseen >= 0.9

@@ -1,4 +1,5 @@
-"""Scheduled retraining (flows/retrain.py): champion/challenger promotion under Prefect's test harness.
+"""Scheduled retraining (flows/retrain.py over pipeline/retrain.py): champion/challenger promotion under
+Prefect's test harness.
 
 The flow is called directly (no clock, no schedule). One MLflow SQLite store for the module; each
 scenario uses its own task name (its own registered model, shards and data/retrain/<task>/), with
@@ -6,6 +7,7 @@ tiny generated data copied from one prepared base. The `champion` fixture runs t
 real training + real evaluation; the keep and crash tests then check that it is left exactly as it
 was, and the promotion test (last: it moves the alias) replaces it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,15 +74,24 @@ def setup_task(root: Path, task: str, **retrain) -> str:
     params = tiny_params()
     params["train"].update(TRAIN)
     params["model"].update(MODEL)
-    params["retrain"] = {"task": task, "mechanism": MECH, "metric": "test.top1", "margin": 0.0, "pull": True,
-                         "repro_targets": ["vocab@{task}"], "retries": 1, "retry_delay_s": 0, **retrain}
+    params["retrain"] = {
+        "task": task,
+        "mechanism": MECH,
+        "metric": "test.top1",
+        "margin": 0.0,
+        "pull": True,
+        "repro_targets": ["vocab@{task}"],
+        "retries": 1,
+        "retry_delay_s": 0,
+        **retrain,
+    }
     path = root / f"params-{task}.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return str(path)
 
 
 class FakeDvc:
-    """Stands in for flows.retrain.run_command: records each command; ``fail`` maps a dvc verb to how
+    """Stands in for pipeline.retrain.run_command: records each command; ``fail`` maps a dvc verb to how
     many of its first calls raise CommandError (a transient failure)."""
 
     def __init__(self, **fail: int):
@@ -88,7 +99,7 @@ class FakeDvc:
         self.fail = dict(fail)
 
     def __call__(self, cmd, cwd, timeout_s):
-        from flows.retrain import CommandError
+        from pipeline.retrain import CommandError
 
         self.calls.append(cmd[3:])  # after [python, -m, dvc]
         verb = cmd[3]
@@ -99,7 +110,7 @@ class FakeDvc:
 
 
 def alias_version(task: str) -> str | None:
-    from pipeline import registry
+    from pipeline.tracking import registry
 
     mv = registry.champion(task)
     return None if mv is None else str(mv.version)
@@ -108,10 +119,11 @@ def alias_version(task: str) -> str | None:
 def versions(task: str) -> list:
     from mlflow import MlflowClient
 
-    from pipeline import registry
+    from pipeline.tracking import registry
 
-    return sorted(MlflowClient().search_model_versions(f"name='{registry.model_name(task)}'"),
-                  key=lambda v: int(v.version))
+    return sorted(
+        MlflowClient().search_model_versions(f"name='{registry.model_name(task)}'"), key=lambda v: int(v.version)
+    )
 
 
 def decisions(root: Path, task: str) -> list[dict]:
@@ -120,22 +132,38 @@ def decisions(root: Path, task: str) -> list[dict]:
 
 
 def tree_hashes(*dirs: Path) -> dict[str, str]:
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in dirs if d.exists() for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for d in dirs
+        if d.exists()
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    }
 
 
 def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: dict) -> float:
     """Test top-1 computed here with pipeline.evaluate alone (not through the flow)."""
     import torch
 
-    from pipeline.evaluate import EvalConfig, decode_table, load_checkpoint, score_records
+    from pipeline.evaluate import (
+        EvalConfig,
+        decode_table,
+        load_checkpoint,
+        score_records,
+    )
     from pipeline.shards import read_split
     from pipeline.vocab import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in params["evaluate"].items() if k != "heatmap"})
     model, _ = load_checkpoint(checkpoint, MECH, torch.device("cpu"))
-    records = decode_table(model, read_split(test_dir), Vocab.load(vocab_dir / "src.vocab"),
-                           Vocab.load(vocab_dir / "tgt.vocab"), cfg, torch.device("cpu"))
+    records = decode_table(
+        model,
+        read_split(test_dir),
+        Vocab.load(vocab_dir / "src.vocab"),
+        Vocab.load(vocab_dir / "tgt.vocab"),
+        cfg,
+        torch.device("cpu"),
+    )
     return score_records(records, cfg, "test")["top1"]
 
 
@@ -143,12 +171,13 @@ def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: 
 def champion(project):
     """Case (a): no champion yet -> the challenger (real training, real evaluation) is promoted."""
     import flows.retrain as rt
+    import pipeline.retrain as retrain
 
     task = "rt_main"
     params_path = setup_task(project, task)
     mp = pytest.MonkeyPatch()
     dvc = FakeDvc()
-    mp.setattr(rt, "run_command", dvc)
+    mp.setattr(retrain, "run_command", dvc)
     try:
         record = rt.retrain_flow(params_path, run_stamp="run1")
     finally:
@@ -162,12 +191,14 @@ def champion(project):
 
 
 def test_decide_needs_a_gain_strictly_above_the_margin():
-    from flows.retrain import MetricSpec, decide
+    from pipeline.retrain import MetricSpec, decide
 
     top1 = MetricSpec("test", ("top1",), True)
     assert decide(top1, 40.0, None, 2.0)[0] is True  # no champion: promote whatever it scores
-    assert decide(top1, 52.5, 50.0, 2.0) == (True, "promoted: test.top1: challenger 52.5000 vs champion vNone "
-                                                    "50.0000, gain +2.5000 (higher is better), margin 2")
+    assert decide(top1, 52.5, 50.0, 2.0) == (
+        True,
+        "promoted: test.top1: challenger 52.5000 vs champion vNone 50.0000, gain +2.5000 (higher is better), margin 2",
+    )
     assert decide(top1, 52.0, 50.0, 2.0)[0] is False  # exactly the margin is not enough
     assert decide(top1, 50.0, 50.0, 0.0)[0] is False  # a tie keeps the champion
     assert decide(top1, 49.0, 50.0, 0.0)[1].startswith("kept champion:")
@@ -178,28 +209,30 @@ def test_decide_needs_a_gain_strictly_above_the_margin():
 
 
 def test_metric_defaults_to_the_task_champion_metric_and_settings_are_checked():
-    from flows.retrain import MetricSpec, RetrainConfig, metric_spec
+    from pipeline.retrain import MetricSpec, RetrainConfig, metric_spec
 
     params = {"task_settings": {"gigaword": {"champion": "test.rouge2"}}}
     assert metric_spec(params, RetrainConfig(task="gigaword")) == MetricSpec("test", ("rouge2",), True)
-    assert metric_spec(params, RetrainConfig(task="gigaword", metric="valid.groups.x->x.top1",
-                                             higher_is_better=False)) == \
-        MetricSpec("valid", ("groups", "x->x", "top1"), False)
+    assert metric_spec(
+        params, RetrainConfig(task="gigaword", metric="valid.groups.x->x.top1", higher_is_better=False)
+    ) == MetricSpec("valid", ("groups", "x->x", "top1"), False)
     assert MetricSpec("test", ("groups", "a", "top1"), True).value({"groups": {"a": {"top1": 12}}}) == 12.0
-    with pytest.raises(ValueError, match="frozen_test must be .pin. or .current., got .latest.; "
-                                         "margin must be a number >= 0, got -1"):
+    with pytest.raises(
+        ValueError, match="frozen_test must be .pin. or .current., got .latest.; margin must be a number >= 0, got -1"
+    ):
         RetrainConfig.from_dict({"task": "t", "margin": -1, "frozen_test": "latest"})
     with pytest.raises(ValueError, match=r"unknown RetrainConfig settings \['cron_expr'\]"):
         RetrainConfig.from_dict({"task": "t", "cron_expr": "* * * * *"})
 
 
 def test_run_command_reports_stderr_and_kills_on_timeout(tmp_path):
-    from flows.retrain import CommandError, run_command
+    from pipeline.retrain import CommandError, run_command
 
     assert run_command([sys.executable, "-c", "print('ok')"], tmp_path, 30) == "ok\n"
     with pytest.raises(CommandError, match=r"exit status 3 in .*\nERROR: no remote") as info:
-        run_command([sys.executable, "-c", "import sys; sys.stderr.write('ERROR: no remote\\n\\n'); sys.exit(3)"],
-                    tmp_path, 30)
+        run_command(
+            [sys.executable, "-c", "import sys; sys.stderr.write('ERROR: no remote\\n\\n'); sys.exit(3)"], tmp_path, 30
+        )
     assert info.value.summary.endswith(f"exit status 3 in {tmp_path}: ERROR: no remote")
     with pytest.raises(CommandError, match="timed out after 0.5s"):
         run_command([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path, 0.5)
@@ -208,27 +241,27 @@ def test_run_command_reports_stderr_and_kills_on_timeout(tmp_path):
 
 
 def test_frozen_test_copy_is_reused_verified_and_never_silently_replaced(tmp_path):
-    from flows.retrain import freeze_test
+    from pipeline.retrain import freeze_test
     from pipeline.shards import read_manifest
 
     _generate(tmp_path, "t", seed=1)
     sha = read_manifest(tmp_path / "data/shards/t/test")["content_sha256"]
-    first = freeze_test.fn(tmp_path, "t", "test", None)  # no champion: today's split is frozen
+    first = freeze_test(tmp_path, "t", "test", None)  # no champion: today's split is frozen
     frozen = tmp_path / "data/retrain/t/frozen_test" / sha[:16]
     assert first == {"dir": frozen, "content_sha256": sha, "rows": 32}  # 4 rules x 16 instances x (1 - 0.5)
     _generate(tmp_path, "t", seed=2)  # new data: the test split changes
-    assert freeze_test.fn(tmp_path, "t", "test", sha) == first  # the champion's pin: the old copy
+    assert freeze_test(tmp_path, "t", "test", sha) == first  # the champion's pin: the old copy
     part = first["dir"] / read_manifest(first["dir"])["parts"][0]["file"]
     part.write_bytes(part.read_bytes()[:-1] + b"\0")  # a damaged copy is refused
     with pytest.raises(ValueError, match=r"part-00000.arrow: sha256 .* differs from its manifest"):
-        freeze_test.fn(tmp_path, "t", "test", sha)
+        freeze_test(tmp_path, "t", "test", sha)
     shutil.rmtree(first["dir"])  # copy gone and the split changed: an error, not a silent switch
     with pytest.raises(FileNotFoundError, match=f"content_sha256 {sha}.*retrain.frozen_test: current"):
-        freeze_test.fn(tmp_path, "t", "test", sha)
+        freeze_test(tmp_path, "t", "test", sha)
 
 
 def test_one_run_per_task_at_a_time(tmp_path):
-    from flows.retrain import run_lock
+    from pipeline.retrain import run_lock
 
     with run_lock(tmp_path / "t"):
         with pytest.raises(RuntimeError, match="another retrain run holds"):
@@ -271,9 +304,9 @@ def test_first_run_promotes_and_freezes_the_test_set(project, champion):
     assert tags["retrain.data.train.content_sha256"] == train_sha
 
     # the recorded score is the real one: recomputed here from the registered model's own artifacts
-    import flows.retrain as rt
+    import pipeline.retrain as retrain
 
-    ckpt, vocab = rt.champion_files(task, rt.current_champion(task), project / "downloaded")
+    ckpt, vocab = retrain.champion_files(task, retrain.current_champion(task), project / "downloaded")
     params = yaml.safe_load(Path(champion["params_path"]).read_text())
     value = independent_top1(ckpt, vocab, project / "data" / "shards" / task / "test", params)
     assert record["challenger"]["value"] == value
@@ -290,12 +323,13 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
     """Case (c) on real training + evaluation: the same data, seed and settings retrain the same
     model, so challenger == re-evaluated champion, a gain of 0, not above margin 0: kept."""
     import flows.retrain as rt
+    import pipeline.retrain as retrain
 
     task = champion["task"]
     before = (alias_version(task), [str(v.version) for v in versions(task)])
     dvc = FakeDvc(repro=1)  # the first dvc repro fails, its retry succeeds
     mp = pytest.MonkeyPatch()
-    mp.setattr(rt, "run_command", dvc)
+    mp.setattr(retrain, "run_command", dvc)
     try:
         record = rt.retrain_flow(champion["params_path"], run_stamp="run-equal")
     finally:
@@ -305,8 +339,10 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
     assert record["decision"] == "kept_champion"
     first = champion["record"]["challenger"]["value"]
     assert record["champion"]["value"] == record["challenger"]["value"] == first  # re-evaluated, same number
-    assert record["reason"] == (f"kept champion: test.top1: challenger {first:.4f} vs champion v{before[0]} "
-                                f"{first:.4f}, gain +0.0000 (higher is better), margin 0")
+    assert record["reason"] == (
+        f"kept champion: test.top1: challenger {first:.4f} vs champion v{before[0]} "
+        f"{first:.4f}, gain +0.0000 (higher is better), margin 0"
+    )
     assert record["frozen_test"]["content_sha256"] == champion["record"]["frozen_test"]["content_sha256"]
     assert (alias_version(task), [str(v.version) for v in versions(task)]) == before  # nothing registered
     assert decisions(project, task)[-1]["decision"] == "kept_champion"
@@ -316,13 +352,15 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
 def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
     """Case (d): the run fails; the alias, the champion's version and tags, and every file that
     existed (data/, the MLflow artifacts) are as before; decisions.jsonl gains one 'failed' line."""
-    import flows.retrain as rt
-    import pipeline.registry
-    import pipeline.train_job
     from mlflow import MlflowClient
 
+    import flows.retrain as rt
+    import pipeline.retrain as retrain
+    import pipeline.tracking.registry
+    import pipeline.train_job
+
     task = champion["task"]
-    monkeypatch.setattr(rt, "run_command", FakeDvc())
+    monkeypatch.setattr(retrain, "run_command", FakeDvc())
     attempts = []
 
     def boom(*args, **kwargs):
@@ -332,21 +370,21 @@ def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
     if where == "training":
         monkeypatch.setattr(pipeline.train_job, "train", boom)
     elif where == "champion_evaluation":
-        monkeypatch.setattr(rt, "champion_files", boom)
+        monkeypatch.setattr(retrain, "champion_files", boom)
     else:  # promote: a better challenger (injected scores), registered, then the alias move fails
         scores = {"challenger": 90.0}
-        monkeypatch.setattr(rt, "score_checkpoint", lambda *a, **k: {"top1": scores.get(a[-1], 10.0)})
-        monkeypatch.setattr(pipeline.registry, "set_champion", boom)
+        monkeypatch.setattr(retrain, "score_checkpoint", lambda *a, **k: {"top1": scores.get(a[-1], 10.0)})
+        monkeypatch.setattr(pipeline.tracking.registry, "set_champion", boom)
 
     client = MlflowClient()
-    champ = pipeline.registry.champion(task)
+    champ = pipeline.tracking.registry.champion(task)
     before_files = tree_hashes(project / "data", project / "mlruns")
     n_decisions = len(decisions(project, task))
     with pytest.raises(RuntimeError, match=f"simulated crash in {where}"):
         rt.retrain_flow(champion["params_path"], run_stamp=f"run-crash-{where}")
     assert len(attempts) == 2  # retries: 1 -> the failing step ran twice
 
-    after = pipeline.registry.champion(task)
+    after = pipeline.tracking.registry.champion(task)
     assert (after.version, after.tags, after.source) == (champ.version, champ.tags, champ.source)
     assert client.get_model_version(champ.name, champ.version).tags == champ.tags
     after_files = tree_hashes(project / "data", project / "mlruns")
@@ -365,8 +403,10 @@ def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
 def test_better_challenger_is_promoted_on_the_frozen_test_set(project, champion, monkeypatch):
     """Case (b), last (it moves the alias): new data arrives (the test split changes too); both
     models are still scored on the frozen copy, and a gain above the margin promotes."""
-    import flows.retrain as rt
     from mlflow import MlflowClient
+
+    import flows.retrain as rt
+    import pipeline.retrain as retrain
 
     task = champion["task"]
     old = champion["record"]["frozen_test"]
@@ -381,21 +421,24 @@ def test_better_challenger_is_promoted_on_the_frozen_test_set(project, champion,
         seen.append((desc, Path(test_dir)))
         return {"top1": 61.25 if desc == "challenger" else 50.0, "n": 1}
 
-    monkeypatch.setattr(rt, "score_checkpoint", scores)
-    monkeypatch.setattr(rt, "run_command", FakeDvc(pull=5))  # no remote: not fatal (pull_required false)
+    monkeypatch.setattr(retrain, "score_checkpoint", scores)
+    monkeypatch.setattr(retrain, "run_command", FakeDvc(pull=5))  # no remote: not fatal (pull_required false)
     path = setup_task(project, task, margin=10.0)
     prev = alias_version(task)
     record = rt.retrain_flow(path, run_stamp="run-better")
 
     assert [d for d, _ in seen] == ["challenger", f"champion v{prev}"]
     assert {t for _, t in seen} == {Path(old["dir"])}  # both on the frozen copy, not today's split
-    assert record["refresh"]["pull"] == ("failed, continuing (pull_required: false): `dvc pull` failed with exit "
-                                         "status 1: ERROR: transient")
+    assert record["refresh"]["pull"] == (
+        "failed, continuing (pull_required: false): `dvc pull` failed with exit status 1: ERROR: transient"
+    )
     assert record["decision"] == "promoted" and record["frozen_test"]["content_sha256"] == old["content_sha256"]
     new = alias_version(task)
     assert new == record["challenger"]["version"] and int(new) > int(prev)
-    reason = f"promoted: test.top1: challenger 61.2500 vs champion v{prev} 50.0000, gain +11.2500 " \
-             f"(higher is better), margin 10"
+    reason = (
+        f"promoted: test.top1: challenger 61.2500 vs champion v{prev} 50.0000, gain +11.2500 "
+        f"(higher is better), margin 10"
+    )
     assert record["reason"] == reason
     tags = MlflowClient().get_model_version(versions(task)[0].name, new).tags
     assert tags["retrain.reason"] == reason and tags["retrain.previous_champion"] == prev

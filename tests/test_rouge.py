@@ -5,6 +5,7 @@ The expected values in tests/fixtures/rouge/expected/*.json were produced once b
 5.36, WordNet exception DB built from the *.exc files in sorted order); each file records its exact
 command line. No test here runs Perl.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def _options(command: str) -> dict:
 
 
 def _ours_name(official: str) -> str:
-    return "rouge" + official[len("ROUGE-"):]  # ROUGE-1 -> rouge1, ROUGE-SU* -> rougeSU*
+    return "rouge" + official[len("ROUGE-") :]  # ROUGE-1 -> rouge1, ROUGE-SU* -> rougeSU*
 
 
 @pytest.mark.parametrize("path", EXPECTED, ids=[p.stem for p in EXPECTED])
@@ -90,7 +91,14 @@ def test_wordnet_exceptions_and_porter_variant():
     assert len(exc) == 5930
     # exception list first; conflicting keys resolved as adj < adv < noun < verb (sorted files)
     assert [morph_stem(w) for w in ("geese", "children", "went", "better", "best", "testes", "offer")] == [
-        "goose", "child", "go", "well", "well", "testes", "offer"]
+        "goose",
+        "child",
+        "go",
+        "well",
+        "well",
+        "testes",
+        "offer",
+    ]
     # ROUGE's Porter variant: -ement/-ment/-ent tried one after another (standard Porter: 'agreement')
     assert porter_stem("agreement") == "agreem"
     assert porter_stem("yearly") == "yearli" and porter_stem("relational") == "relat"
@@ -102,7 +110,16 @@ def test_wordnet_exceptions_and_porter_variant():
 def test_tokenizer_drops_what_rouge_drops():
     # '#' digits, punctuation, non-ASCII vanish; hyphen splits words and is dropped
     assert tokenize("u.s. #.# pct &amp; <unk> better-than-expected café") == [
-        "u", "s", "pct", "amp", "unk", "better", "than", "expected", "caf"]
+        "u",
+        "s",
+        "pct",
+        "amp",
+        "unk",
+        "better",
+        "than",
+        "expected",
+        "caf",
+    ]
 
 
 def test_pool_versus_best_reference_by_hand():

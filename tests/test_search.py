@@ -3,6 +3,7 @@
 Tiny random models of every mechanism, a decoder vocabulary of the 4 specials + 2 words, and
 sources holding a decoder OOV, so the extended vocabulary (V + X = 7 ids) is part of the search.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,13 +11,12 @@ import math
 import pytest
 import torch
 
-from models import MECHANISMS, build_model
-from models.config import ModelConfig
+from models import MECHANISMS
+from models.extended import NEG
 from pipeline.batching import collate
-from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.vocab import EOS, SPECIALS, Vocab
-from tests.conftest import sharpened
+from tests.conftest import toy_model
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)
 TGT_VOCAB = Vocab(list(SPECIALS) + ["a", "b"], [0] * 4 + [1] * 2)  # V = 6; "c" and "z" are OOV
@@ -27,10 +27,7 @@ LIVE = NEG / 2  # hypotheses scoring below this used an impossible token
 
 
 def _model(name: str, seed: int = 0, scale: float = 3.0):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=8, hidden=16)
-    model = build_model(name, cfg)
-    return sharpened(model, scale)
+    return toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=seed, scale=scale, emb=8, hidden=16)
 
 
 def _batch(srcs=SRCS):
@@ -46,8 +43,8 @@ def _brute_force(model, src: list[str], max_len: int) -> list[tuple[list[int], f
     def expand(state, prev: int, prefix: list[int], score: float) -> None:
         log_probs, state = model.step(state, torch.tensor([prev]))
         lp = log_probs[0].double().tolist()
-        for y, l in enumerate(lp):
-            seq, s = prefix + [y], score + l
+        for y, lp_y in enumerate(lp):
+            seq, s = prefix + [y], score + lp_y
             if y == EOS or len(seq) == max_len:
                 out.append((seq, s))
             else:
@@ -190,7 +187,8 @@ def test_length_penalty_is_gnmt(alpha: float) -> None:
     for p_hyps, l_hyps in zip(plain, pen):
         # The search is the same; only the final ranking changes.
         assert sorted((tuple(h.ids), round(h.score, 4)) for h in p_hyps) == sorted(
-            (tuple(h.ids), round(h.score, 4)) for h in l_hyps)
+            (tuple(h.ids), round(h.score, 4)) for h in l_hyps
+        )
         for h in l_hyps:
             lp = ((5.0 + len(h.ids)) / 6.0) ** alpha  # |y| counts </s> when present
             assert h.rank_score == pytest.approx(h.score / lp, rel=1e-5, abs=1e-5)

@@ -1,4 +1,5 @@
 """Chinese tokenisers: characters, jieba words, the content-hash cache (re-runs, crashes)."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,14 @@ import pytest
 from pipeline.parallel import ProcessMap, serial_map
 from pipeline.text import segment
 from pipeline.text.segment import (
-    CACHE_FILE, SegmentCache, Segmenter, cache_key, char_chunk, char_tokens, jieba_chunk, segment_texts,
+    CACHE_FILE,
+    SegmentCache,
+    Segmenter,
+    cache_key,
+    char_chunk,
+    char_tokens,
+    jieba_chunk,
+    segment_texts,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,8 +39,27 @@ def test_char_tokens_keep_ascii_as_characters_and_drop_whitespace():
 def test_jieba_words_exact_with_and_without_hmm():
     assert segment_texts(TEXTS[:2]) == [
         ["深圳", "地铁", "新线", "今日", "开通"],
-        ["近日", "杭州", "一家", "P2P", "平台", "负责人", "失联", "，", "涉及", "投资人", "超过", "2000", "名",
-         "，", "警方", "已", "介入", "调查", "。"],
+        [
+            "近日",
+            "杭州",
+            "一家",
+            "P2P",
+            "平台",
+            "负责人",
+            "失联",
+            "，",
+            "涉及",
+            "投资人",
+            "超过",
+            "2000",
+            "名",
+            "，",
+            "警方",
+            "已",
+            "介入",
+            "调查",
+            "。",
+        ],
     ]
     # Without the HMM jieba cannot join the out-of-dictionary word 失联.
     assert segment_texts([P2P], hmm=False)[0][5:8] == ["负责人", "失", "联"]

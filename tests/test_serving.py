@@ -5,13 +5,13 @@ formats -- Arrow shards, vocabulary files, ``model.pt`` from :func:`pipeline.tra
 CopyNet and RNNSearch trained for 4 epochs (~6 s). The test split's fillers are ``u*`` symbols in no
 vocabulary, so only a copy mechanism can output them.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,21 +22,15 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.conftest import TOY_SEEN, TOY_UNSEEN, free_port, toy_copy_example, toy_copy_vocab
+
 TASK = "toy_copy"
-SEEN = [f"s{i}" for i in range(50)]
-UNSEEN = [f"u{i}" for i in range(30)]
-RARE = [f"r{i}" for i in range(20)]  # out of vocabulary in training: the encoder meets <unk> fillers
 PREPARE = {"reader": "copynet_rules"}  # whitespace tokens
 EVALUATE = {"beam_size": 3, "max_len": 12, "batch_size": 16}
 MECHANISMS = ("copynet", "rnnsearch")
 OOV_TEXT = "a u1 zz9 u2 b"  # u1, zz9, u2: in no vocabulary
 
 _BUILT: dict[str, Path] = {}
-
-
-def _example(rng: random.Random, pool: list[str], rare: float = 0.0) -> tuple[list[str], list[str]]:
-    x = [rng.choice(RARE if rng.random() < rare else pool) for _ in range(rng.randint(2, 6))]
-    return ["a", *x, "b"], ["b", *x]
 
 
 def build_toy_project(root: Path) -> Path:
@@ -47,16 +41,18 @@ def build_toy_project(root: Path) -> Path:
     from pipeline.encoded import EncodedSplit, write_encoded_split
     from pipeline.shards import ShardWriter, make_schema
     from pipeline.train import TrainConfig, build_seeded_model, train
-    from pipeline.vocab import SPECIALS, Vocab
 
     rng = random.Random(0)
-    splits = {"train": [_example(rng, SEEN, 0.1) for _ in range(1200)],
-              "valid": [_example(rng, SEEN) for _ in range(64)],
-              "test": [_example(rng, UNSEEN) for _ in range(20)]}
+    # Rare fillers (TOY_RARE, 10% in training): out of vocabulary, the encoder meets <unk> fillers.
+    splits = {
+        "train": [toy_copy_example(rng, TOY_SEEN, 0.1) for _ in range(1200)],
+        "valid": [toy_copy_example(rng, TOY_SEEN) for _ in range(64)],
+        "test": [toy_copy_example(rng, TOY_UNSEEN) for _ in range(20)],
+    }
     for split, pairs in splits.items():
         with ShardWriter(root / "data/shards" / TASK / split, make_schema(), params={"toy": split}) as writer:
             writer.write([{"id": f"{split}:{i}", "src": s, "tgt": t, "refs": [t]} for i, (s, t) in enumerate(pairs)])
-    vocab = Vocab(list(SPECIALS) + SEEN + ["a", "b"], [0] * 4 + [1] * 52)
+    vocab = toy_copy_vocab()
     vocab_dir = root / "data/vocab" / TASK
     vocab_dir.mkdir(parents=True, exist_ok=True)
     vocab.save(vocab_dir / "src.vocab")
@@ -70,13 +66,27 @@ def build_toy_project(root: Path) -> Path:
         for mech in MECHANISMS:
             cfg = ModelConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), emb=32, hidden=64)
             model = build_seeded_model(mech, cfg, 0)
-            train(model, encoded["train"], encoded["valid"], TrainConfig(epochs=4, batch_size=32, lr=3e-3, seed=0),
-                  root / "data/checkpoints" / TASK / mech, model_config=vars(cfg), progress=False)
+            train(
+                model,
+                encoded["train"],
+                encoded["valid"],
+                TrainConfig(epochs=4, batch_size=32, lr=3e-3, seed=0),
+                root / "data/checkpoints" / TASK / mech,
+                model_config=vars(cfg),
+                progress=False,
+            )
     finally:
         torch.set_num_threads(threads)
-    params = {"tasks": {TASK: "data"}, "mechanisms": list(MECHANISMS), "prepare": {TASK: PREPARE},
-              "vocab": {"min_count": 1}, "model": {"emb": 32, "hidden": 64}, "train": {"epochs": 4},
-              "evaluate": EVALUATE, "tracking": {"experiment_prefix": ""}}
+    params = {
+        "tasks": {TASK: "data"},
+        "mechanisms": list(MECHANISMS),
+        "prepare": {TASK: PREPARE},
+        "vocab": {"min_count": 1},
+        "model": {"emb": 32, "hidden": 64},
+        "train": {"epochs": 4},
+        "evaluate": EVALUATE,
+        "tracking": {"experiment_prefix": ""},
+    }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return root
 
@@ -104,16 +114,17 @@ def store(tmp_path_factory):
 
 
 def serving_config(mech: str, **overrides):
-    from pipeline.serving import ServingConfig
+    from pipeline.tracking.serving import ServingConfig
 
     return ServingConfig.from_params(TASK, mech, PREPARE, EVALUATE, **overrides)
 
 
 def local(project: Path, mech: str, **overrides):
-    from pipeline.serving import local_model
+    from pipeline.tracking.serving import local_model
 
-    return local_model(project / "data/checkpoints" / TASK / mech, project / "data/vocab" / TASK,
-                       serving_config(mech, **overrides))
+    return local_model(
+        project / "data/checkpoints" / TASK / mech, project / "data/vocab" / TASK, serving_config(mech, **overrides)
+    )
 
 
 @pytest.mark.parametrize("mech", MECHANISMS)
@@ -167,15 +178,20 @@ def test_exact_match_on_unseen_fillers(project) -> None:
 def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
     import mlflow
 
-    from pipeline.serving import log_pyfunc_model
+    from pipeline.tracking.serving import log_pyfunc_model
 
     mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
     mlflow.set_experiment(TASK)
     with mlflow.start_run(run_name="copynet") as run:
         pass
     start = time.perf_counter()
-    uri = log_pyfunc_model(run.info.run_id, project / "data/checkpoints" / TASK / "copynet",
-                           project / "data/vocab" / TASK, serving_config("copynet"), input_example=[OOV_TEXT])
+    uri = log_pyfunc_model(
+        run.info.run_id,
+        project / "data/checkpoints" / TASK / "copynet",
+        project / "data/vocab" / TASK,
+        serving_config("copynet"),
+        input_example=[OOV_TEXT],
+    )
     print(f"log_pyfunc_model: {time.perf_counter() - start:.1f}s")
     loaded = mlflow.pyfunc.load_model(uri)
     texts = [OOV_TEXT, "a s3 u7 s4 b", "a s1 b"]
@@ -196,12 +212,17 @@ def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
 
 
 def test_predict_cli_checkpoint(project, tmp_path, monkeypatch, capsys) -> None:
-    from pipeline.predict import main
+    from pipeline.tracking.predict import main
 
     inp = tmp_path / "in.txt"
     inp.write_text(f"{OOV_TEXT}\n\na s1 s2 b\n")
     out = tmp_path / "out.txt"
-    args = ["--checkpoint", str(project / "data/checkpoints" / TASK / "copynet"), "--params", str(project / "params.yaml")]
+    args = [
+        "--checkpoint",
+        str(project / "data/checkpoints" / TASK / "copynet"),
+        "--params",
+        str(project / "params.yaml"),
+    ]
     assert main(args + ["--input", str(inp), "--output", str(out)]) == 0
     assert out.read_text().splitlines() == ["b u1 zz9 u2", "", "b s1 s2"]
     assert main(args + ["--input", str(inp), "--output", str(out), "--show-copies", "--beam", "1"]) == 0
@@ -215,39 +236,58 @@ def test_predict_cli_checkpoint(project, tmp_path, monkeypatch, capsys) -> None:
         main(["--checkpoint", str(tmp_path), "--task", TASK, "--params", str(project / "params.yaml")])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> None:
     """`mlflow models serve -m models:/<task>@champion` on 127.0.0.1 answers as the local model."""
     import mlflow
 
-    from pipeline.registry import register, set_champion
-    from pipeline.serving import log_pyfunc_model
+    from pipeline.tracking.registry import register, set_champion
+    from pipeline.tracking.serving import log_pyfunc_model
 
     mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
     mlflow.set_experiment(TASK)
     with mlflow.start_run(run_name="copynet-serve") as run:
         pass
-    uri = log_pyfunc_model(run.info.run_id, project / "data/checkpoints" / TASK / "copynet",
-                           project / "data/vocab" / TASK, serving_config("copynet"))
+    uri = log_pyfunc_model(
+        run.info.run_id,
+        project / "data/checkpoints" / TASK / "copynet",
+        project / "data/vocab" / TASK,
+        serving_config("copynet"),
+    )
     version = register(uri, TASK, {"mechanism": "copynet"})
     set_champion(TASK, version, "serve test")
 
-    port = _free_port()
+    port = free_port()
     # `mlflow models serve` runs `uvicorn` from PATH: the venv's bin must be on it even when the
     # tests run as .venv/bin/python without an activated environment (make test, CI)
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{TASK}@champion", "--env-manager", "local",
-         "--host", "127.0.0.1", "--port", str(port)],
-        cwd=store, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            f"models:/{TASK}@champion",
+            "--env-manager",
+            "local",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=store,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 180
@@ -264,16 +304,22 @@ def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> No
         ready = time.perf_counter() - start
         texts = [OOV_TEXT, "a s1 s2 b"]
         body = {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}, "params": {"beam_size": 3}}
-        req = urllib.request.Request(f"{base}/invocations", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{base}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=60) as r:
             answer = json.loads(r.read())
         print(f"server ready in {ready:.1f}s")
         want = local(project, "copynet").predict(texts)
-        assert answer["predictions"] == [{"output": o, "copied": list(c), "tokens": list(t)}
-                                         for o, c, t in zip(want["output"], want["copied"], want["tokens"])]
-        assert answer["predictions"][0] == {"output": "b u1 zz9 u2", "copied": ["u1", "zz9", "u2"],
-                                            "tokens": ["b", "u1", "zz9", "u2"]}
+        assert answer["predictions"] == [
+            {"output": o, "copied": list(c), "tokens": list(t)}
+            for o, c, t in zip(want["output"], want["copied"], want["tokens"])
+        ]
+        assert answer["predictions"][0] == {
+            "output": "b u1 zz9 u2",
+            "copied": ["u1", "zz9", "u2"],
+            "tokens": ["b", "u1", "zz9", "u2"],
+        }
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -18,6 +18,7 @@ from pipeline.shards import (
     write_json_atomic,
     write_text_atomic,
 )
+from tests.conftest import quarantine
 
 SCHEMA = make_schema([pa.field("n", pa.int32())])
 
@@ -38,9 +39,7 @@ def make_rows(n: int, start: int = 0) -> list[dict]:
 def leftovers(parent: Path) -> list[str]:
     """Hidden temp/old dirs and partial files anywhere under ``parent``."""
     return sorted(
-        str(p.relative_to(parent))
-        for p in parent.rglob("*")
-        if p.name.startswith(".") or p.name.endswith(".partial")
+        str(p.relative_to(parent)) for p in parent.rglob("*") if p.name.startswith(".") or p.name.endswith(".partial")
     )
 
 
@@ -74,7 +73,7 @@ def test_manifest_counts_and_parts(tmp_path: Path) -> None:
         "part-00002.arrow",
         "quarantine.jsonl",
     ]
-    q = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+    q = quarantine(out)
     assert q == [
         {"reason": "empty target", "record": {"raw": "x"}},
         {"reason": "empty target", "record": {"raw": "y"}},
@@ -211,9 +210,7 @@ def test_failure_during_part_write(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert leftovers(tmp_path) == []
 
 
-def test_failure_when_writer_constructor_raises(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failure_when_writer_constructor_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "s"
 
     def refuse(sink, schema):
@@ -280,9 +277,7 @@ def test_atomic_helpers(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["m.json"]
 
 
-def test_atomic_write_failure_keeps_old_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_atomic_write_failure_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "f.txt"
     write_text_atomic(path, "old\n")
 

@@ -1,7 +1,7 @@
 """SentencePiece as an optional tokeniser: round trips, train-only training, determinism, re-tokenising shards."""
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,8 +11,7 @@ from pipeline.corpora.common import Quarantined, write_corpus
 from pipeline.parallel import ProcessMap
 from pipeline.shards import make_schema, read_manifest, read_split
 from pipeline.text import subword as S
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from tests.conftest import quarantine, shard_row, shared_path
 
 EN = [
     "Resumption of the session",
@@ -61,23 +60,27 @@ def test_round_trip_english_french_chinese(model):
 def test_same_input_and_seed_give_the_same_model(model, tmp_path):
     again = S.train_sentencepiece((EN + FR + ZH) * 20, tmp_path / "again", vocab_size=400, hard_vocab_limit=False)
     assert again.read_bytes() == model.read_bytes()
-    assert (tmp_path / "again.vocab").read_text(encoding="utf-8") == model.with_suffix(".vocab").read_text(encoding="utf-8")
+    assert (tmp_path / "again.vocab").read_text(encoding="utf-8") == model.with_suffix(".vocab").read_text(
+        encoding="utf-8"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again.model", "again.vocab"]  # no temp dir left
-
-
-def _row(i: str, src: str, tgt: str, **extra) -> dict:
-    return {"id": i, "src": src.split(), "tgt": tgt.split(), "refs": [tgt.split()], **extra}
 
 
 def test_training_reads_the_train_split_only(tmp_path):
     schema = make_schema()
-    train = [_row(f"t{i}", s, t) for i, (s, t) in enumerate(zip(EN, FR))]
-    write_corpus(tmp_path / "corpus", {
-        "train": iter(train * 5),  # duplicates are quarantined by write_corpus; 4 rows stay
-        "valid": iter([_row("v0", "Ωμέγα ψ", "Ωμέγα ψ")]),  # Greek: only in valid
-        "test": iter([_row("e0", "Жук ж", "Жук ж")]),  # Cyrillic: only in test
-    }, schema)
-    model = S.train_sentencepiece_from_corpus(tmp_path / "corpus", tmp_path / "m", vocab_size=400, hard_vocab_limit=False)
+    train = [shard_row(f"t{i}", s, t) for i, (s, t) in enumerate(zip(EN, FR))]
+    write_corpus(
+        tmp_path / "corpus",
+        {
+            "train": iter(train * 5),  # duplicates are quarantined by write_corpus; 4 rows stay
+            "valid": iter([shard_row("v0", "Ωμέγα ψ", "Ωμέγα ψ")]),  # Greek: only in valid
+            "test": iter([shard_row("e0", "Жук ж", "Жук ж")]),  # Cyrillic: only in test
+        },
+        schema,
+    )
+    model = S.train_sentencepiece_from_corpus(
+        tmp_path / "corpus", tmp_path / "m", vocab_size=400, hard_vocab_limit=False
+    )
     tok = S.SentencePieceTokenizer(model)
     pieces = {tok.sp.id_to_piece(i) for i in range(len(tok))}
     assert not any(ch in piece for piece in pieces for ch in "ΩμέγαψЖукж")
@@ -90,16 +93,18 @@ def test_training_reads_the_train_split_only(tmp_path):
 def test_retokenize_split_keeps_accounting_and_round_trips(model, tmp_path):
     schema = make_schema([pa.field("rule_id", pa.int32()), pa.field("tgt_switch", pa.list_(pa.bool_()))])
     rows = [
-        _row("a", "Reprise de la session", "Resumption of the session", rule_id=1, tgt_switch=[False] * 4),
-        _row("b", "林 志颖 公司", "日前 ， 方舟子", rule_id=2, tgt_switch=[True, False, False]),
-        _row("c", "odd \u2581token", "x", rule_id=3, tgt_switch=[False]),  # U+2581 cannot round-trip
+        shard_row("a", "Reprise de la session", "Resumption of the session", rule_id=1, tgt_switch=[False] * 4),
+        shard_row("b", "林 志颖 公司", "日前 ， 方舟子", rule_id=2, tgt_switch=[True, False, False]),
+        shard_row("c", "odd \u2581token", "x", rule_id=3, tgt_switch=[False]),  # U+2581 cannot round-trip
     ]
     write_corpus(tmp_path / "words", {"train": iter([*rows, Quarantined("empty_tgt", "f.fr:9", {"src": "q"})])}, schema)
 
     with pytest.raises(ValueError, match=r"tgt_switch.*drop_columns"):
         S.retokenize_split(tmp_path / "words" / "train", tmp_path / "pieces" / "train", model)
 
-    manifest = S.retokenize_split(tmp_path / "words" / "train", tmp_path / "pieces" / "train", model, drop_columns=["tgt_switch"])
+    manifest = S.retokenize_split(
+        tmp_path / "words" / "train", tmp_path / "pieces" / "train", model, drop_columns=["tgt_switch"]
+    )
     assert (manifest["rows"], manifest["rows_in"]) == (2, 4)
     assert manifest["quarantine_reasons"] == {"empty_tgt": 1, "token_not_joinable": 1}
     assert manifest["params"]["input_content_sha256"] == read_manifest(tmp_path / "words" / "train")["content_sha256"]
@@ -113,12 +118,12 @@ def test_retokenize_split_keeps_accounting_and_round_trips(model, tmp_path):
         assert [tok.decode_tokens(r) for r in new["refs"]] == old["refs"]
     first = out.to_pylist()[0]
     assert first["src"] == tok.encode("Reprise de la session")
-    carried = [json.loads(x) for x in (tmp_path / "pieces" / "train" / "quarantine.jsonl").read_text().splitlines()]
+    carried = quarantine(tmp_path / "pieces" / "train")
     assert carried[0] == {"reason": "empty_tgt", "record": {"where": "f.fr:9", "record": {"src": "q"}}}
 
 
 def test_retokenize_corpus_in_parallel_equals_serial(model, tmp_path):
-    splits = {s: iter([_row(f"{s}{i}", EN[i], FR[i]) for i in range(len(EN))]) for s in ("train", "test")}
+    splits = {s: iter([shard_row(f"{s}{i}", EN[i], FR[i]) for i in range(len(EN))]) for s in ("train", "test")}
     write_corpus(tmp_path / "words", splits, make_schema(), dedup_train=False)
     serial = S.retokenize_corpus(tmp_path / "words", tmp_path / "serial", model, chunk_rows=1)
     with ProcessMap(2) as pmap:
@@ -137,9 +142,7 @@ def test_bad_arguments(tmp_path):
 
 
 def test_shared_corpora_round_trip(tmp_path):
-    europarl, lcsts = SHARED / "europarl_en_fr", SHARED / "lcsts_clge_subset"
-    if not (europarl.is_dir() and lcsts.is_dir()):
-        pytest.skip("../shared/data/europarl_en_fr or lcsts_clge_subset not present")
+    europarl, lcsts = shared_path("europarl_en_fr"), shared_path("lcsts_clge_subset")
     fr = (europarl / "europarl-v7.fr-en.fr").read_text(encoding="utf-8").split("\n")
     en = (europarl / "europarl-v7.fr-en.en").read_text(encoding="utf-8").split("\n")
     zh = [f for line in (lcsts / "train.tsv").read_text(encoding="utf-8").splitlines()[:1000] for f in line.split("\t")]

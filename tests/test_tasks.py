@@ -1,12 +1,18 @@
 """pipeline.tasks: per-task settings and presets over the shared sections; enabling tasks by data."""
+
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from pipeline.tasks import deep_merge, effective_params, main, primary_metric, task_status
+from pipeline.tasks import (
+    deep_merge,
+    effective_params,
+    main,
+    primary_metric,
+    task_status,
+)
 from pipeline.train import TrainConfig
-
 from tests.conftest import REPO
 
 
@@ -21,11 +27,11 @@ def test_effective_params_applies_task_then_preset():
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["preset"] = "cpu"
     eff = effective_params(params, "lcsts_char")
-    assert eff["evaluate"]["metric"] == "rouge_f_chars"                  # task override
-    assert eff["vocab"]["tgt_max_size"] == 1000                          # cpu preset
-    assert eff["model"]["pointer_softmax"]["shortlist"] is None          # task override of a nested key
+    assert eff["evaluate"]["metric"] == "rouge_f_chars"  # task override
+    assert eff["vocab"]["tgt_max_size"] == 1000  # cpu preset
+    assert eff["model"]["pointer_softmax"]["shortlist"] is None  # task override of a nested key
     assert eff["model"]["pointer_softmax"]["temperature"] == params["model"]["pointer_softmax"]["temperature"]
-    assert eff["train"]["lr"] == params["train"]["lr"]                   # untouched shared value
+    assert eff["train"]["lr"] == params["train"]["lr"]  # untouched shared value
     params["preset"] = "paper"
     assert effective_params(params, "lcsts_char")["vocab"].get("tgt_max_size") != 1000
     # copy_rules has no presets: the shared sections plus its own evaluate/compare settings
@@ -63,7 +69,9 @@ def _project(tmp_path, data: bool):
     text = (REPO / "params.yaml").read_text()
     # keep the file's own text (comments, layout) and swap in the edited task_settings below it
     head = text[: text.index("task_settings:")]
-    (tmp_path / "params.yaml").write_text(head + yaml.safe_dump({"task_settings": params["task_settings"]}, sort_keys=False))
+    (tmp_path / "params.yaml").write_text(
+        head + yaml.safe_dump({"task_settings": params["task_settings"]}, sort_keys=False)
+    )
     return tmp_path / "params.yaml"
 
 
@@ -83,8 +91,9 @@ def test_enable_available_rewrites_only_the_tasks_block(tmp_path, capsys):
     assert after["tasks"] == {"lcsts_char": str(tmp_path / "raw")}
     assert after["preset"] == "paper"
     old = yaml.safe_load(before)
-    assert {k: v for k, v in after.items() if k not in ("tasks", "preset")} == \
-           {k: v for k, v in old.items() if k not in ("tasks", "preset")}
+    assert {k: v for k, v in after.items() if k not in ("tasks", "preset")} == {
+        k: v for k, v in old.items() if k not in ("tasks", "preset")
+    }
     text = path.read_text()
     assert "# copy_rules: pipeline/corpora/copynet_rules.py" in text  # the others stay as comments
     assert "mechanisms:" in text and text.count("\ntasks:") == 1

@@ -1,17 +1,15 @@
 """The Rush et al. text steps: PTB tokenisation, lead-sentence splitting, normalisation, UNK."""
+
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from pipeline.text.normalize import mask_digits, normalize_unk, rush_normalize
 from pipeline.text.ptb import abbreviation_kind, first_sentence_end, tokenize
 from pipeline.text.unk import count_tokens, keep_vocab, unk_replace
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
+from tests.conftest import shared_path
 
 # --------------------------------------------------------------------------- #
 # tokenize
@@ -27,8 +25,25 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
         ),
         (  # brackets, currency prefixes, numbers kept whole
             "It costs NT$3.5 billion (US$105 million), up 5% from 1,250.",
-            ["It", "costs", "NT$", "3.5", "billion", "-LRB-", "US$", "105", "million", "-RRB-", ",",
-             "up", "5", "%", "from", "1,250", "."],
+            [
+                "It",
+                "costs",
+                "NT$",
+                "3.5",
+                "billion",
+                "-LRB-",
+                "US$",
+                "105",
+                "million",
+                "-RRB-",
+                ",",
+                "up",
+                "5",
+                "%",
+                "from",
+                "1,250",
+                ".",
+            ],
         ),
         (  # double quotes by position; other bracket kinds
             'He said "no" [twice] {really}.',
@@ -36,13 +51,42 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
         ),
         (  # slashes and asterisks escaped; AT&T and hyphenated compounds whole; pro- keeps its hyphen
             "AT&T's 1/2 share of Dutch/Shell * pro- and anti-government power-sharing",
-            ["AT&T", "'s", "1\\/2", "share", "of", "Dutch\\/Shell", "\\*", "pro-", "and",
-             "anti-government", "power-sharing"],
+            [
+                "AT&T",
+                "'s",
+                "1\\/2",
+                "share",
+                "of",
+                "Dutch\\/Shell",
+                "\\*",
+                "pro-",
+                "and",
+                "anti-government",
+                "power-sharing",
+            ],
         ),
         (  # clitics, cannot / gonna, plural possessive apostrophe, O'Neill whole
             "They'll say we won't, cannot, gonna; the guards' O'Neill's",
-            ["They", "'ll", "say", "we", "wo", "n't", ",", "can", "not", ",", "gon", "na", ";",
-             "the", "guards", "'", "O'Neill", "'s"],
+            [
+                "They",
+                "'ll",
+                "say",
+                "we",
+                "wo",
+                "n't",
+                ",",
+                "can",
+                "not",
+                ",",
+                "gon",
+                "na",
+                ";",
+                "the",
+                "guards",
+                "'",
+                "O'Neill",
+                "'s",
+            ],
         ),
         (  # acronyms and times keep periods; a sentence-final acronym gets a '.' too
             "At 12:30 a.m. U.S.-led forces left the U.S.",
@@ -152,9 +196,7 @@ def test_unk_threshold():
 
 
 def _rush_lines() -> list[str]:
-    files = [SHARED / "gigaword_test_rush" / "input.txt", SHARED / "gigaword_train_slice" / "train.article.txt"]
-    if not all(f.is_file() for f in files):
-        pytest.skip("../shared/data Rush files not present")
+    files = [shared_path("gigaword_test_rush", "input.txt"), shared_path("gigaword_train_slice", "train.article.txt")]
     return [line for f in files for line in f.read_text(encoding="utf-8").splitlines()]
 
 

@@ -1,5 +1,6 @@
 """Training loop: step checkpoints that resume exactly (also after SIGKILL), fresh starts when they
 must, schedules, early stopping, the non-finite guard, the bf16 autocast path, token budgets."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,13 @@ from models.config import ModelConfig
 from pipeline.batching import collate, token_batches
 from pipeline.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.schedule import EarlyStopping, LRSchedule
-from pipeline.train import NonFiniteLoss, TrainConfig, autocast, build_seeded_model, train
+from pipeline.train import (
+    NonFiniteLoss,
+    TrainConfig,
+    autocast,
+    build_seeded_model,
+    train,
+)
 from tests.conftest import REPO, encoded_task
 
 
@@ -34,7 +41,9 @@ def data(tmp_path_factory):
 
 
 def _cfg(src, tgt, dropout: float = 0.2) -> ModelConfig:
-    return ModelConfig(src_vocab=len(src), tgt_vocab=len(tgt), emb=8, hidden=12, dropout=dropout)  # dropout uses the RNG
+    return ModelConfig(
+        src_vocab=len(src), tgt_vocab=len(tgt), emb=8, hidden=12, dropout=dropout
+    )  # dropout uses the RNG
 
 
 def _run(data, ckpt: Path, **train_options):
@@ -42,8 +51,16 @@ def _run(data, ckpt: Path, **train_options):
     cfg = _cfg(src, tgt)
     model = build_seeded_model("copynet", cfg, 0)
     options = {"epochs": 3, "batch_size": 8, "seed": 7, **train_options}
-    history = train(model, encoded["train"], encoded["valid"], TrainConfig(**options), ckpt, model_config=vars(cfg),
-                    data_hash="d", progress=False)
+    history = train(
+        model,
+        encoded["train"],
+        encoded["valid"],
+        TrainConfig(**options),
+        ckpt,
+        model_config=vars(cfg),
+        data_hash="d",
+        progress=False,
+    )
     return model, history
 
 
@@ -77,8 +94,14 @@ def _child(data_dir: Path, ckpt: Path, out: Path, tmp_path: Path) -> subprocess.
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, str(script), str(data_dir), str(ckpt), str(out)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(data_dir), str(ckpt), str(out)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_sigkill_at_a_random_step_then_rerun_ends_bit_identical(data, tmp_path):
@@ -127,9 +150,17 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
             raise Stop
 
     with pytest.raises(Stop):
-        train(build_seeded_model("copynet", cfg, 0), encoded["train"], encoded["valid"],
-              TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1, log_every=1), tmp_path / "b",
-              model_config=vars(cfg), data_hash="d", progress=False, on_step=stop_at_5)
+        train(
+            build_seeded_model("copynet", cfg, 0),
+            encoded["train"],
+            encoded["valid"],
+            TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1, log_every=1),
+            tmp_path / "b",
+            model_config=vars(cfg),
+            data_hash="d",
+            progress=False,
+            on_step=stop_at_5,
+        )
     ckpt = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
     assert ckpt["progress"]["step"] == 4 and ckpt["progress"]["batch"] > 0  # mid-epoch, before step 5's checkpoint
     resumed, history_b = _run(data, tmp_path / "b", checkpoint_every=1)
@@ -182,8 +213,15 @@ def test_non_finite_loss_stops_with_step_and_rows_and_saves_nothing_nan(data, tm
 
     model.encoder.register_forward_pre_hook(poison)
     with pytest.raises(NonFiniteLoss) as err:
-        train(model, encoded["train"], encoded["valid"], TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1),
-              tmp_path / "nan", model_config=vars(cfg), progress=False)
+        train(
+            model,
+            encoded["train"],
+            encoded["valid"],
+            TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1),
+            tmp_path / "nan",
+            model_config=vars(cfg),
+            progress=False,
+        )
     message = str(err.value)
     assert "at step 5 " in message and "rows ['r" in message
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the step was not applied
@@ -276,11 +314,23 @@ def test_encoded_batches_equal_collated_ones(data, tmp_path):
     """The id-encoded path builds exactly the tensors collate builds from strings, truncation and
     pointer annotations included."""
     rows = [
-        {"id": "0", "src": ["a", "q1", "b", "q1"], "tgt": ["q1", "b", "q2"], "refs": [], "tgt_pointer": [1, 2, -1],
-         "tgt_switch": [True, False, False]},
+        {
+            "id": "0",
+            "src": ["a", "q1", "b", "q1"],
+            "tgt": ["q1", "b", "q2"],
+            "refs": [],
+            "tgt_pointer": [1, 2, -1],
+            "tgt_switch": [True, False, False],
+        },
         {"id": "1", "src": [], "tgt": ["a"], "refs": [], "tgt_pointer": [-1], "tgt_switch": [False]},
-        {"id": "2", "src": ["q3", "c", "q4", "q3", "a", "q5"], "tgt": ["q5", "q4", "q3", "c"], "refs": [],
-         "tgt_pointer": [5, 2, 0, 1], "tgt_switch": [True, True, True, False]},
+        {
+            "id": "2",
+            "src": ["q3", "c", "q4", "q3", "a", "q5"],
+            "tgt": ["q5", "q4", "q3", "c"],
+            "refs": [],
+            "tgt_pointer": [5, 2, 0, 1],
+            "tgt_switch": [True, True, True, False],
+        },
     ]
     from pipeline.vocab import SPECIALS, Vocab
 
@@ -292,9 +342,15 @@ def test_encoded_batches_equal_collated_ones(data, tmp_path):
         split.max_src_len = max_src_len
         got = split.batch(np.array([2, 0, 1]))
         order = [rows[i] for i in (2, 0, 1)]
-        want = collate([r["src"] for r in order], [r["tgt"] for r in order], src_vocab, tgt_vocab,
-                       max_src_len=max_src_len, pointers=[r["tgt_pointer"] for r in order],
-                       switches=[r["tgt_switch"] for r in order])
+        want = collate(
+            [r["src"] for r in order],
+            [r["tgt"] for r in order],
+            src_vocab,
+            tgt_vocab,
+            max_src_len=max_src_len,
+            pointers=[r["tgt_pointer"] for r in order],
+            switches=[r["tgt_switch"] for r in order],
+        )
         for key in ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch"):
             assert torch.equal(getattr(got, key), getattr(want, key)), (max_src_len, key)
         assert got.n_ext == want.n_ext and got.ids == ["2", "0", "1"]

@@ -2,16 +2,15 @@
 equals the stepwise computation through ``Seq2Seq.step``, for every mechanism and option set:
 per-token log-likelihoods and training objectives, and the gradients of every parameter, in float64.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from models import build_model
-from models.config import ModelConfig
 from pipeline.batching import collate
 from pipeline.vocab import SPECIALS, Vocab
-from tests.conftest import sharpened
+from tests.conftest import toy_model
 
 SRC_WORDS = ["a", "b", "c", "d", "e", "f", "g", "."]
 TGT_WORDS = ["a", "b", "c", "d", "e", "."]  # f, g and z* are decoder OOVs
@@ -50,10 +49,9 @@ OPTION_SETS = [
 
 
 def _model(name: str, options: dict):
-    torch.manual_seed(3)
-    cfg = ModelConfig.from_dict({"emb": 6, "hidden": 5, **options}, name,
-                                src_vocab=len(SRC_VOCAB), tgt_vocab=len(TGT_VOCAB))
-    return sharpened(build_model(name, cfg), 1.5).double()
+    """``options`` as params.yaml's model slice: shared settings and the mechanism's own section."""
+    shared = {k: v for k, v in options.items() if k != name}
+    return toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=3, scale=1.5, config=shared, **options.get(name, {})).double()
 
 
 def _batch(annotated: bool):
@@ -74,8 +72,9 @@ CASES = [(n, o, False) for n, o in OPTION_SETS] + [(n, o, True) for n, o in OPTI
 
 
 @pytest.mark.parametrize("objective", [False, True], ids=["log_likelihood", "objective"])
-@pytest.mark.parametrize("name,options,annotated", CASES,
-                         ids=[f"{n}-{i}{'-annotated' if a else ''}" for i, (n, _, a) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "name,options,annotated", CASES, ids=[f"{n}-{i}{'-annotated' if a else ''}" for i, (n, _, a) in enumerate(CASES)]
+)
 def test_two_phase_equals_stepwise(name: str, options: dict, annotated: bool, objective: bool) -> None:
     model = _model(name, options)  # eval mode: deterministic (no dropout, no switch noise)
     batch = _batch(annotated)

@@ -101,9 +101,7 @@ GOOD_HEAD = "<pad>\t0\n<unk>\t0\n<s>\t0\n</s>\t0\n"
         ("<pad>\t0\n<unk>\t0\n", 3, "file ends before the specials"),
     ],
 )
-def test_load_malformed_names_file_and_line(
-    tmp_path: Path, text: str, line: int, message: str
-) -> None:
+def test_load_malformed_names_file_and_line(tmp_path: Path, text: str, line: int, message: str) -> None:
     path = tmp_path / "v.txt"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match=f"v.txt:{line}: {message}"):
@@ -113,10 +111,8 @@ def test_load_malformed_names_file_and_line(
 def test_count_tokens_list_and_nested_columns() -> None:
     table = pa.table(
         {
-            "src": pa.array([["a", "b", "a"], [], ["c", None, "a"], None],
-                            type=pa.list_(pa.string())),
-            "refs": pa.array([[["a"], ["b", "b"]], [], [["c"]], [[]]],
-                             type=pa.list_(pa.list_(pa.string()))),
+            "src": pa.array([["a", "b", "a"], [], ["c", None, "a"], None], type=pa.list_(pa.string())),
+            "refs": pa.array([[["a"], ["b", "b"]], [], [["c"]], [[]]], type=pa.list_(pa.list_(pa.string()))),
         }
     )
     assert count_tokens(table, "src") == {"a": 3, "b": 1, "c": 1}

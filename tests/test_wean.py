@@ -11,6 +11,7 @@ from the paper's equations with the weights read out of the model:
   Seq2seq: p(y_t) = softmax(W q_t)                                               (eq. 3)
 Table 5 (section 4.1): 50000 x 256 = 12.8M vs 256 x 256 x 2 + 256 = 131,328 parameters.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,16 +24,25 @@ import torch
 from models.baselines import build_encdec, build_rnnsearch
 from models.config import ModelConfig
 from models.copynet import build_copynet
-from models.param_count import (output_layer_parameters, output_layer_table, paper_table5,
-                                word_generator_parameters)
+from models.extended import NEG
+from models.param_count import (
+    output_layer_parameters,
+    output_layer_table,
+    paper_table5,
+    word_generator_parameters,
+)
 from models.wean import WEANOptions, build_luong, build_wean
 from pipeline.batching import collate
-from pipeline.extended_vocab import NEG
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
 from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
-from tests.conftest import assert_gradients_reach_every_parameter, sharpened
-from tests.test_learning import SEEN, UNSEEN, VOCAB, _example, exact_match, train_toy
+from tests.conftest import (
+    assert_gradients_reach_every_parameter,
+    assert_step_distributions_normalised,
+    toy_copy_batch,
+    toy_model,
+)
+from tests.test_learning import SEEN, UNSEEN, VOCAB, exact_match, train_toy
 
 SRC_WORDS = ["a", "b", "c", "d", "e", "f"]
 TGT_WORDS = ["a", "b", "c", "d"]  # V = 8; e, f, zz are decoder OOVs
@@ -51,11 +61,8 @@ def _batch():
     return collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB)
 
 
-def _model(name: str, seed: int = 0, scale: float = 2.0, emb: int = 6, hidden: int = 5, **options):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(src_vocab=len(SRC_VOCAB), tgt_vocab=V, emb=emb, hidden=hidden, options=options)
-    model = (build_wean if name == "wean" else build_luong)(cfg)
-    return sharpened(model, scale)
+def _model(name: str, **kw):
+    return toy_model(build_wean if name == "wean" else build_luong, SRC_VOCAB, TGT_VOCAB, **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,18 +179,11 @@ def test_likelihood_matches_the_papers_equations(mech, candidates) -> None:
 def test_extended_distribution_sums_to_one(mech) -> None:
     name, options = mech
     model = _model(name, seed=1, scale=4.0, candidates=6, **options)
-    batch = _batch()
-    with torch.no_grad():
-        state = model.encode(batch)
-        for t in range(batch.tgt_in.size(1)):
-            log_probs, state = model.step(state, batch.tgt_in[:, t])
-            assert log_probs.shape == (3, V + batch.n_ext)
-            total = torch.logsumexp(log_probs.double(), dim=1).exp()  # over V + X
-            assert torch.allclose(total, torch.ones(3, dtype=torch.float64), atol=1e-6), t
-            p = log_probs.double().exp()
-            assert p[:, [PAD, BOS]].max().item() < 1e-30
-            assert p[:, 6:].max().item() < 1e-30  # non-candidates and the extended slots
-            assert log_probs[:, V:].max().item() < NEG / 2
+    for log_probs, _, _ in assert_step_distributions_normalised(model, _batch(), atol=1e-6):  # over V + X
+        p = log_probs.double().exp()
+        assert p[:, [PAD, BOS]].max().item() < 1e-30
+        assert p[:, 6:].max().item() < 1e-30  # non-candidates and the extended slots
+        assert log_probs[:, V:].max().item() < NEG / 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,16 +291,19 @@ def test_builders_reproduce_table5() -> None:
     builders = {"wean": build_wean, "luong": build_luong}
     for row in paper_table5():
         sizes = {"src_vocab": row["vocab"], "tgt_vocab": row["vocab"], "emb": row["emb"], "hidden": row["hidden"]}
-        (got,) = output_layer_table({row["mechanism"]: builders[row["mechanism"]]}, sizes,
-                                    {row["mechanism"]: row["options"]})
+        (got,) = output_layer_table(
+            {row["mechanism"]: builders[row["mechanism"]]}, sizes, {row["mechanism"]: row["options"]}
+        )
         assert got["word_generator"] == row["params"], row
         h, e = row["hidden"], row["emb"]
         w_c = (h + 2 * h) * (e if row["mechanism"] == "wean" else h)  # eq. 4, left out by Table 5
         assert got["output_layer"] == row["params"] + w_c
     # At PWKP sizes: the paper's own choice (general) has W_a only, dot nothing but W_c.
     sizes = {"src_vocab": 50_000, "tgt_vocab": 50_000, "emb": 256, "hidden": 256}
-    by_score = {s: output_layer_table({"wean": build_wean}, sizes, {"wean": {"score": s}})[0]
-                for s in ("dot", "general", "concat")}
+    by_score = {
+        s: output_layer_table({"wean": build_wean}, sizes, {"wean": {"score": s}})[0]
+        for s in ("dot", "general", "concat")
+    }
     assert by_score["concat"]["word_generator"] == 256 * 256 * 2 + 256 == 131_328
     assert by_score["general"]["word_generator"] == 256 * 256
     assert by_score["dot"]["word_generator"] == 0
@@ -313,9 +316,16 @@ def test_builders_reproduce_table5() -> None:
 def test_output_layer_table_by_hand_on_tiny_sizes() -> None:
     sizes = {"src_vocab": 11, "tgt_vocab": 9, "emb": 5, "hidden": 3}
     rows = output_layer_table(
-        {"encdec": build_encdec, "rnnsearch": build_rnnsearch, "copynet": build_copynet,
-         "luong": build_luong, "wean": build_wean},
-        sizes, {"wean": {"score": "concat"}})
+        {
+            "encdec": build_encdec,
+            "rnnsearch": build_rnnsearch,
+            "copynet": build_copynet,
+            "luong": build_luong,
+            "wean": build_wean,
+        },
+        sizes,
+        {"wean": {"score": "concat"}},
+    )
     got = {r["mechanism"]: (r["output_layer"], r["word_generator"]) for r in rows}
     h, e, vocab = 3, 5, 9
     softmax = (h + 2 * h) * vocab + vocab  # readout [s_t; c_t] -> V with a bias
@@ -337,9 +347,7 @@ def test_output_layer_table_by_hand_on_tiny_sizes() -> None:
 def _unseen_outputs(model, seed: int, n: int = 100) -> tuple[float, bool]:
     """On unseen fillers: the fraction of emitted filler words (after 'b', before </s>) that are
     <unk>, and whether any output id is an extended (copied) id."""
-    rng = random.Random(seed)
-    data = [_example(rng, UNSEEN) for _ in range(n)]
-    batch = collate([s for s, _ in data], [t for _, t in data], VOCAB, VOCAB)
+    _, batch = toy_copy_batch(random.Random(seed), UNSEEN, n)
     hyps = greedy(model, batch, max_len=12)
     fillers = [i for h in hyps for i in h.ids[1:] if i != EOS]
     unk_rate = sum(i == UNK for i in fillers) / max(len(fillers), 1)
@@ -352,8 +360,10 @@ def test_learns_seen_fillers_and_cannot_copy_unseen_ones() -> None:
     seconds = time.perf_counter() - t0
     seen, unseen = exact_match(model, SEEN, seed=1), exact_match(model, UNSEEN, seed=2)
     unk_rate, copied = _unseen_outputs(model, seed=2)
-    print(f"WEAN trained in {seconds:.1f}s; exact match seen {seen:.2f}, unseen {unseen:.2f}; "
-          f"<unk> among the words emitted for unseen fillers {unk_rate:.2f}, any copied id: {copied}")
+    print(
+        f"WEAN trained in {seconds:.1f}s; exact match seen {seen:.2f}, unseen {unseen:.2f}; "
+        f"<unk> among the words emitted for unseen fillers {unk_rate:.2f}, any copied id: {copied}"
+    )
     assert seen >= 0.8  # measured 0.89 (rare training fillers are <unk> targets, which it also learns)
     # No copy mode: an unseen filler (a decoder OOV) has probability 0, so it is never produced and
     # unseen exact match is 0. What it says instead is <unk>, as it learnt from the rare training

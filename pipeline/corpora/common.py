@@ -15,13 +15,15 @@ Evaluation splits are written first so their sources are known when train stream
 writer keeps one 8-byte hash per distinct train pair and evaluation source (a Python set: about
 70 bytes each, ~270 MB for Gigaword's 3.8M pairs); everything else streams.
 """
+
 from __future__ import annotations
 
 import hashlib
 import pickle
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Mapping
+from typing import IO, Any
 
 import pyarrow as pa
 

@@ -26,22 +26,22 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 
-from pipeline.params import check_numeric_config, dataclass_from_dict
+from models.config import dataclass_from_dict
+from pipeline.params import check_numeric_config
 from pipeline.shards import ShardWriter, make_schema
 
 RULE_TYPES: tuple[str, ...] = ("x->0", "x->x", "x->xx", "xy->x", "xy->xy")
 SPLITS: tuple[str, ...] = ("train", "valid", "test", "test_unseen")
 VARIABLES: tuple[str, ...] = ("x", "y")
 
-SCHEMA: pa.Schema = make_schema(
-    [pa.field("rule_id", pa.int32()), pa.field("rule_type", pa.string())]
-)
+SCHEMA: pa.Schema = make_schema([pa.field("rule_id", pa.int32()), pa.field("rule_type", pa.string())])
 
 # Slots on each side of a rule, by rule type.
 _SOURCE_SLOTS: dict[str, tuple[str, ...]] = {
@@ -81,22 +81,25 @@ class RulesConfig:
     seed: int = 1234
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RulesConfig":
+    def from_dict(cls, d: dict[str, Any]) -> RulesConfig:
         """Build from a params dict; unknown keys are an error (typos must not pass silently)."""
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
-        check_numeric_config(self, lambda: [
-            (self.n_rules >= 1, "n_rules >= 1"),
-            (self.instances_per_rule >= 2, "instances_per_rule >= 2"),
-            (3 <= self.min_symbols <= self.max_symbols, "3 <= min_symbols <= max_symbols"),
-            (self.vocab_size >= self.max_symbols, "vocab_size >= max_symbols"),
-            (1 <= self.min_filler <= self.max_filler, "1 <= min_filler <= max_filler"),
-            (0.0 < self.train_fraction < 1.0, "0 < train_fraction < 1"),
-            (0.0 <= self.valid_fraction < 1.0, "0 <= valid_fraction < 1"),
-            (self.unseen_per_rule >= 0, "unseen_per_rule >= 0"),
-            (self.unseen_pool >= 1, "unseen_pool >= 1"),
-        ])
+        check_numeric_config(
+            self,
+            lambda: [
+                (self.n_rules >= 1, "n_rules >= 1"),
+                (self.instances_per_rule >= 2, "instances_per_rule >= 2"),
+                (3 <= self.min_symbols <= self.max_symbols, "3 <= min_symbols <= max_symbols"),
+                (self.vocab_size >= self.max_symbols, "vocab_size >= max_symbols"),
+                (1 <= self.min_filler <= self.max_filler, "1 <= min_filler <= max_filler"),
+                (0.0 < self.train_fraction < 1.0, "0 < train_fraction < 1"),
+                (0.0 <= self.valid_fraction < 1.0, "0 <= valid_fraction < 1"),
+                (self.unseen_per_rule >= 0, "unseen_per_rule >= 0"),
+                (self.unseen_pool >= 1, "unseen_pool >= 1"),
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -140,9 +143,7 @@ def fill(pattern: Sequence[str], fillers: dict[str, Sequence[str]]) -> list[str]
 # --------------------------------------------------------------------------- #
 
 
-def _place_slots(
-    rng: random.Random, symbols: list[str], slots: tuple[str, ...], separate: bool
-) -> tuple[str, ...]:
+def _place_slots(rng: random.Random, symbols: list[str], slots: tuple[str, ...], separate: bool) -> tuple[str, ...]:
     """Insert ``slots`` at distinct random positions among ``symbols`` (order kept).
 
     With ``separate`` no two slots are adjacent, so in a source like
@@ -203,10 +204,7 @@ def _draw_instances(
     for _ in range(count * _MAX_TRIES_PER_ITEM):
         if len(out) == count:
             break
-        fillers = {
-            v: rng.choices(alphabet, k=rng.randint(cfg.min_filler, cfg.max_filler))
-            for v in rule.variables
-        }
+        fillers = {v: rng.choices(alphabet, k=rng.randint(cfg.min_filler, cfg.max_filler)) for v in rule.variables}
         src = fill(rule.src_pattern, fillers)
         key = tuple(src)
         if key in seen:  # a duplicate would leak between train and test
@@ -295,3 +293,14 @@ def write_splits(cfg: RulesConfig, out_root: Path, map_chunks=None) -> dict[str,
             writer.write(rows)
         manifests[split] = writer.close()
     return manifests
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: a whitespace split (the generated symbols ``s12 u3 w7`` ...);
+    ``pretokenized`` changes nothing."""
+    return str.split

@@ -42,21 +42,28 @@ count the rows the reader hands to ``write_corpus``, i.e. before its ``duplicate
 Per-line work (decoding, tokenising, entity alignment, counts) runs in module-level functions over
 chunks of raw lines, through the injected ``map_chunks``; the files are streamed, never loaded.
 """
+
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from itertools import zip_longest
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
+from models.config import dataclass_from_dict
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    write_corpus,
+)
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
+from pipeline.text.ptb import tokenize
 
 SPLIT_NAMES = ("train", "valid", "test")
 VARIANTS = ("ori", "anon")
@@ -80,7 +87,7 @@ class Config:
     chunk_size: int = 5000  # lines per map_chunks task
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -120,7 +127,8 @@ def iter_aligned(paths: Sequence[Path]) -> Iterator[tuple[int, list[bytes]]]:
                 longer = next(p for p, line in zip(paths, lines) if line is not None)
                 shorter = next(p for p, line in zip(paths, lines) if line is None)
                 raise CorpusFormatError(
-                    longer, number,
+                    longer,
+                    number,
                     f"line-aligned files differ in length: {Path(shorter).name} ends after "
                     f"{number - 1} lines (files {longer} and {shorter})",
                 )
@@ -138,8 +146,12 @@ def preview(raw: Sequence[bytes], names: Sequence[str]) -> dict[str, str]:
 
 
 def decode_fields(
-    raw: Sequence[bytes], names: Sequence[str], roles: Sequence[str], line: int,
-    max_tokens: int, lowercase: bool,
+    raw: Sequence[bytes],
+    names: Sequence[str],
+    roles: Sequence[str],
+    line: int,
+    max_tokens: int,
+    lowercase: bool,
 ) -> list[list[str]] | Quarantined:
     """Decode and whitespace-tokenise the aligned fields of one record, or say why not.
 
@@ -156,8 +168,12 @@ def decode_fields(
 
 
 def tokenise_fields(
-    texts: Sequence[str], names: Sequence[str], roles: Sequence[str], line: int,
-    max_tokens: int, lowercase: bool,
+    texts: Sequence[str],
+    names: Sequence[str],
+    roles: Sequence[str],
+    line: int,
+    max_tokens: int,
+    lowercase: bool,
 ) -> list[list[str]] | Quarantined:
     """Whitespace tokens of each field (every corpus read here is tokenised already), or why not."""
     fields: list[list[str]] = []
@@ -188,9 +204,7 @@ def pair_counts(src: Sequence[str], refs: Sequence[Sequence[str]]) -> dict[str, 
 ChunkResult = list  # [(row or Quarantined, its counts dict or None)], in input order
 
 
-def stream_items(
-    map_chunks: Callable, fn: Callable, chunks: Iterable, stats: SplitStats
-) -> Iterator:
+def stream_items(map_chunks: Callable, fn: Callable, chunks: Iterable, stats: SplitStats) -> Iterator:
     """Run ``fn`` over ``chunks`` through ``map_chunks``; yield items, adding their counts to ``stats``."""
     for result in map_chunks(fn, chunks):
         for item, counts in result:
@@ -323,3 +337,25 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     stats = {split: SplitStats() for split in cfg.splits}
     streams = {split: _split_stream(cfg, split, stats[split], map_chunks) for split in cfg.splits}
     return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def ptb_tokenizer(pretokenized: bool, lowercase: bool) -> Callable[[str], list[str]]:
+    """Raw text -> the tokens of a PTB-tokenised, cased release (DRESS, PWKP): PTB tokens
+    (:func:`pipeline.text.ptb.tokenize`; ``pretokenized``: a whitespace split), lowercased when the
+    reader lowercases."""
+
+    def run(text: str) -> list[str]:
+        tokens = text.split() if pretokenized else tokenize(text)
+        return [t.lower() for t in tokens] if lowercase else tokens
+
+    return run
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: :func:`ptb_tokenizer` with the reader's ``lowercase``."""
+    return ptb_tokenizer(pretokenized, bool(settings.get("lowercase", False)))

@@ -20,7 +20,7 @@ cluster's references. Rows (one ``test`` split):
 * ``refs_raw`` = the reference texts as written (whitespace collapsed), for the official 75-byte
   ROUGE evaluation, which truncates raw text.
 
-Bad input: a malformed SGML file -> ``CorpusFormatError`` (see ``gigaword.iter_doc_blocks``); a
+Bad input: a malformed SGML file -> ``CorpusFormatError`` (see ``ldc_sgml.iter_doc_blocks``); a
 cluster directory whose name is not ``d<digits><letter>`` -> ``CorpusFormatError``. Quarantined:
 ``invalid_utf8`` (a document or one of its reference files does not decode in ``encoding``),
 ``no_text``, ``src_too_long`` (over ``max_tokens``), ``no_references`` (no non-empty model file).
@@ -31,28 +31,48 @@ left out of ``refs``), ``models_without_doc`` (model files naming no document he
 e.g. DUC's multi-document summaries), ``dateline_stripped``, ``src_tokens``, ``ref_tokens``,
 ``refs`` (reference count).
 """
+
 from __future__ import annotations
 
 import functools
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
-from pipeline.corpora.gigaword import DocBlock, headline_tokens, iter_doc_blocks, lead_tokens, parse_doc, title_tokens
+from models.config import dataclass_from_dict
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    write_corpus,
+)
+from pipeline.corpora.gigaword import (
+    headline_tokens,
+    lead_tokens,
+    rush_tokenizer,
+    title_tokens,
+)
+from pipeline.corpora.ldc_sgml import DocBlock, iter_doc_blocks, parse_doc
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
 
 SCHEMA: pa.Schema = make_schema([pa.field("refs_raw", pa.list_(pa.string()))])
 
-ZERO_STATS = ("docs_with_fewer_refs", "empty_references", "models_without_doc", "model_files_other", "dateline_stripped")
+ZERO_STATS = (
+    "docs_with_fewer_refs",
+    "empty_references",
+    "models_without_doc",
+    "model_files_other",
+    "dateline_stripped",
+)
 _CLUSTER_DIR = re.compile(r"d(\d+)[a-z]")
-_MODEL = re.compile(r"(?P<cluster>D\d+)\.P\.(?P<size>\w+)\.(?P<sel>[A-Z])\.(?P<assessor>[A-Z])\.(?P<docno>.+?)(?:\.html)?")
+_MODEL = re.compile(
+    r"(?P<cluster>D\d+)\.P\.(?P<size>\w+)\.(?P<sel>[A-Z])\.(?P<assessor>[A-Z])\.(?P<docno>.+?)(?:\.html)?"
+)
 
 
 @dataclass(frozen=True)
@@ -69,7 +89,7 @@ class Config:
     chunk_size: int = 500  # documents per map_chunks task
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -99,12 +119,16 @@ def doc_files(docs_dir: Path) -> Iterator[tuple[str, Path]]:
             yield f"D{m.group(1)}", path
 
 
-def _duc_chunk(cfg: Config, chunk: list[tuple[DocBlock, str, list[tuple[str, bytes]]]]) -> list[tuple[dict | Quarantined, dict]]:
+def _duc_chunk(
+    cfg: Config, chunk: list[tuple[DocBlock, str, list[tuple[str, bytes]]]]
+) -> list[tuple[dict | Quarantined, dict]]:
     """Rows for a chunk of (document, row id, [(model file name, raw bytes)]), with their counts."""
     return [_duc_row(cfg, block, row_id, models) for block, row_id, models in chunk]
 
 
-def _duc_row(cfg: Config, block: DocBlock, row_id: str, models: list[tuple[str, bytes]]) -> tuple[dict | Quarantined, dict]:
+def _duc_row(
+    cfg: Config, block: DocBlock, row_id: str, models: list[tuple[str, bytes]]
+) -> tuple[dict | Quarantined, dict]:
     where = f"{block.path}:{block.line}"
     try:
         doc = parse_doc(block, cfg.encoding)
@@ -135,8 +159,10 @@ def _duc_row(cfg: Config, block: DocBlock, row_id: str, models: list[tuple[str, 
         return Quarantined("no_references", where, brief), counts
     refs, refs_raw = [r for r, _ in kept], [raw for _, raw in kept]
     counts.update(
-        docs_with_fewer_refs=int(len(refs) < cfg.expected_refs), src_tokens=len(src),
-        ref_tokens=sum(map(len, refs)), refs=len(refs),
+        docs_with_fewer_refs=int(len(refs) < cfg.expected_refs),
+        src_tokens=len(src),
+        ref_tokens=sum(map(len, refs)),
+        refs=len(refs),
     )
     return {"id": row_id, "src": src, "tgt": refs[0], "refs": refs, "refs_raw": refs_raw}, counts
 
@@ -173,3 +199,15 @@ def write_splits(cfg: Config, out_root: Path, map_chunks: Callable = serial_map)
                 yield item
 
     return write_corpus(Path(out_root), {"test": items()}, SCHEMA, params=asdict(cfg), stats={"test": stats})
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: Gigaword's Rush tokens
+    (:func:`pipeline.corpora.gigaword.rush_tokenizer`), a lead shorter than ``short_lead_chars``
+    joined with the next sentence."""
+    return rush_tokenizer(pretokenized, int(settings.get("short_lead_chars", 0) or 0))

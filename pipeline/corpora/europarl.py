@@ -98,22 +98,30 @@ Tokenising and annotating run in module-level functions over chunks of raw pairs
 injected ``map_chunks``; Europarl is streamed (twice), never loaded. The SGML test set (3,003
 segments) is matched through a dict of the reference file's segments.
 """
+
 from __future__ import annotations
 
 import functools
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import zip_longest
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import pyarrow as pa
 from sacremoses import MosesTokenizer
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, pair_key, write_corpus
+from models.config import dataclass_from_dict
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    pair_key,
+    write_corpus,
+)
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema, sha256_file
 from pipeline.vocab import SPECIALS, build_vocab
 
@@ -146,7 +154,7 @@ class Config:
     chunk_size: int = 5000  # sentence pairs per map_chunks task
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -213,8 +221,11 @@ def iter_line_pairs(src_path: Path, tgt_path: Path, id_prefix: str) -> Iterator[
             if number == 1:
                 src, tgt = src.removeprefix(b"\xef\xbb\xbf"), tgt.removeprefix(b"\xef\xbb\xbf")
             yield RawPair(
-                f"{id_prefix}:{number}", f"{src_path.name}:{number}", f"{tgt_path.name}:{number}",
-                src.rstrip(b"\r\n"), tgt.rstrip(b"\r\n"),
+                f"{id_prefix}:{number}",
+                f"{src_path.name}:{number}",
+                f"{tgt_path.name}:{number}",
+                src.rstrip(b"\r\n"),
+                tgt.rstrip(b"\r\n"),
             )
 
 
@@ -294,7 +305,9 @@ def iter_sgm(path: Path, set_tag: str, expect_lang: tuple[str, str] | None = Non
                 if expect_lang:
                     attr, lang = expect_lang
                     if attrs.get(attr, lang) not in (lang, "any"):
-                        raise CorpusFormatError(path, number, f"<{set_tag}> has {attr}={attrs[attr]!r}, expected {lang!r}")
+                        raise CorpusFormatError(
+                            path, number, f"<{set_tag}> has {attr}={attrs[attr]!r}, expected {lang!r}"
+                        )
                 opened_set = True
             elif name == set_tag:
                 if not closing:
@@ -334,13 +347,17 @@ def iter_sgm_pairs(src_path: Path, ref_path: Path, stem: str, tgt_lang: str) -> 
                 ref_path, None, f"no segment docid={seg.docid} id={seg.segid} (source {src_path.name}:{seg.line})"
             )
         yield RawPair(
-            f"{stem}:{seg.docid}:{seg.segid}", f"{src_path.name}:{seg.line}", f"{ref_path.name}:{ref.line}",
-            seg.text, ref.text,
+            f"{stem}:{seg.docid}:{seg.segid}",
+            f"{src_path.name}:{seg.line}",
+            f"{ref_path.name}:{ref.line}",
+            seg.text,
+            ref.text,
         )
     if refs:
         ref = min(refs.values(), key=lambda s: s.line)
         raise CorpusFormatError(
-            src_path, None,
+            src_path,
+            None,
             f"no segment docid={ref.docid} id={ref.segid} "
             f"(reference {ref_path.name}:{ref.line}; {len(refs)} unmatched)",
         )
@@ -373,7 +390,7 @@ class TokenSpec:
     max_len: int | None  # None: no length filter (evaluation splits)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def moses(lang: str) -> MosesTokenizer:
     """One Moses tokeniser per language and process (building one compiles its regexes)."""
     return MosesTokenizer(lang=lang)
@@ -545,9 +562,7 @@ class TrainGate:
         return None
 
 
-def count_train_targets(
-    cfg: Config, eval_sources: Mapping[bytes, str], map_chunks: Callable
-) -> Counter:
+def count_train_targets(cfg: Config, eval_sources: Mapping[bytes, str], map_chunks: Callable) -> Counter:
     """Pass 1: target token counts over the train rows that will be written."""
     spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, cfg.max_line_chars, cfg.max_len)
     gate = TrainGate(eval_sources)
@@ -580,8 +595,13 @@ def eval_source_keys(cfg: Config, map_chunks: Callable) -> dict[bytes, str]:
 
 
 def annotated_stream(
-    pairs: Iterable[RawPair], spec: TokenSpec, rules: PointerRules, chunk_size: int,
-    stats: SplitStats, map_chunks: Callable, gate: TrainGate | None = None,
+    pairs: Iterable[RawPair],
+    spec: TokenSpec,
+    rules: PointerRules,
+    chunk_size: int,
+    stats: SplitStats,
+    map_chunks: Callable,
+    gate: TrainGate | None = None,
 ) -> Iterator[dict | Quarantined]:
     """Rows and quarantined pairs, in input order; pointer counts of the kept rows go to ``stats``."""
     fn = functools.partial(annotate_chunk, spec, rules)
@@ -624,7 +644,7 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     eval_sources = eval_source_keys(cfg, map_chunks)  # also validates the SGML before any write
     counts = count_train_targets(cfg, eval_sources, map_chunks)
     shortlist_vocab = build_vocab(dict(counts), max_size=cfg.shortlist_size)
-    rules = PointerRules(frozenset(shortlist_vocab.itos[len(SPECIALS):]), dictionary, cfg.unmatched)
+    rules = PointerRules(frozenset(shortlist_vocab.itos[len(SPECIALS) :]), dictionary, cfg.unmatched)
 
     stats = {split: SplitStats() for split in ("valid", "test", "train")}
     stats["train"].add("shortlist_words", len(rules.shortlist))
@@ -646,3 +666,17 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     manifests = write_corpus(out_root, streams, SCHEMA, params=params, stats=stats)
     shortlist_vocab.save(out_root / f"shortlist.{cfg.tgt_lang}.txt")
     return manifests
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: Moses ``tokenizer.perl -l <src_lang>`` (:func:`tokenise`, the
+    reader's ``escape``); blank text -> no tokens. ``pretokenized``: a whitespace split."""
+    if pretokenized:
+        return str.split
+    lang, escape = settings.get("src_lang", "en"), bool(settings.get("escape", False))
+    return lambda text: tokenise(text, lang, escape) if text.strip() else []

@@ -48,25 +48,33 @@ Rows: train ``id`` = ``<file>:<line>``; valid/test rows as in :mod:`pipeline.cor
 (``hwang_good``, ``hwang_good_partial``, ``kauchak``, ``turk_tune``, ``turk_test``) and ``score``
 (Hwang's similarity; null elsewhere). Stats as in :mod:`pipeline.corpora.dress`.
 """
+
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 
+from models.config import dataclass_from_dict
 from pipeline.corpora.common import Quarantined, SplitStats, write_corpus
 from pipeline.corpora.dress import (
-    ChunkResult, preview, decode_fields, iter_aligned, pair_counts, require_files, stream_items,
+    ChunkResult,
+    decode_fields,
+    iter_aligned,
+    pair_counts,
+    preview,
+    require_files,
+    stream_items,
     tokenise_fields,
 )
 from pipeline.corpora.turkcorpus import PARTS, part_paths, turk_stream
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
+from pipeline.text.ptb import tokenize
 
 TRAIN_SOURCES = ("hwang", "kauchak")
 KAUCHAK_LAYOUTS = ("v2", "plain")
@@ -75,8 +83,14 @@ SCHEMA: pa.Schema = make_schema([pa.field("origin", pa.string()), pa.field("scor
 
 # PTB escapes -> TurkCorpus's forms (whole tokens), for lowercased and for cased text.
 _TURK_TOKENS = {
-    "(": "-lrb-", ")": "-rrb-", "[": "-lsb-", "]": "-rsb-", "{": "-lcb-", "}": "-rcb-",
-    "``": '"', "''": '"',
+    "(": "-lrb-",
+    ")": "-rrb-",
+    "[": "-lsb-",
+    "]": "-rsb-",
+    "{": "-lcb-",
+    "}": "-rcb-",
+    "``": '"',
+    "''": '"',
 }
 _TURK_TOKENS_CASED = {k: v.upper() if v.startswith("-") else v for k, v in _TURK_TOKENS.items()}
 
@@ -99,7 +113,7 @@ class Config:
     chunk_size: int = 5000
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -150,7 +164,12 @@ def _train_row(spec: _TrainSpec, line: int, src: list[str], tgt: list[str], scor
         tgt, n_tgt = turk_normalise(tgt, spec.lowercase)
         changed = n_src + n_tgt
     row = {
-        "id": f"{spec.names[0]}:{line}", "src": src, "tgt": tgt, "refs": [tgt], "origin": spec.origin, "score": score,
+        "id": f"{spec.names[0]}:{line}",
+        "src": src,
+        "tgt": tgt,
+        "refs": [tgt],
+        "origin": spec.origin,
+        "score": score,
     }
     counts = pair_counts(src, [tgt])
     counts.update({"tokens_normalised": changed, f"origin_{spec.origin}": 1})
@@ -270,3 +289,28 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         "test": eval_stream(cfg, "test", stats["test"], map_chunks),
     }
     return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def turk_tokenizer(pretokenized: bool, lowercase: bool, turk_tokens: bool) -> Callable[[str], list[str]]:
+    """Raw text -> tokens in TurkCorpus's conventions: PTB tokens (:func:`pipeline.text.ptb.tokenize`;
+    ``pretokenized``: a whitespace split), lowercased if ``lowercase``, then (``turk_tokens``)
+    :func:`turk_normalise`'s forms (``-lrb-``, plain ``"``)."""
+
+    def run(text: str) -> list[str]:
+        tokens = text.split() if pretokenized else tokenize(text)
+        if lowercase:
+            tokens = [t.lower() for t in tokens]
+        return turk_normalise(tokens, lowercase)[0] if turk_tokens else tokens
+
+    return run
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: :func:`turk_tokenizer` with the reader's ``lowercase`` and
+    ``turk_tokens`` (both default on)."""
+    return turk_tokenizer(pretokenized, bool(settings.get("lowercase", True)), bool(settings.get("turk_tokens", True)))

@@ -12,9 +12,9 @@ words unknown: train writes ``<unk>``, the test set ``UNK``; both become ``<unk>
 
 ``format: sgml`` -- raw LDC Gigaword (``<DOC id=... type="story">``, ``<HEADLINE>``, ``<TEXT><P>``;
 gzipped ``.gz`` too) or TREC/DUC newswire (``<DOC><DOCNO>``, ``<HEAD>``/``<HL>``/``<HEADLINE>``,
-``<TEXT>`` with or without ``<P>``, SJMN's ``<LEADPARA>``), turned into (first sentence, headline) pairs by the Rush
-pipeline (``facebookarchive/NAMAS``: ``process_agiga.py``, ``filter.py``, ``make_dict.py``,
-``pull.py``), re-implemented here:
+``<TEXT>`` with or without ``<P>``, SJMN's ``<LEADPARA>``), parsed by :mod:`pipeline.corpora.ldc_sgml`,
+turned into (first sentence, headline) pairs by the Rush pipeline (``facebookarchive/NAMAS``:
+``process_agiga.py``, ``filter.py``, ``make_dict.py``, ``pull.py``), re-implemented here:
 
 1. the lead: the first paragraph's text up to its first sentence-final period
    (:func:`first_sentence`; ``process_agiga.py`` keeps the first ``<P>``'s tokens up to the first
@@ -47,7 +47,7 @@ in ``story_types``; TREC documents have no type and count as stories), ``no_doc_
 ``no_headline`` (none, or nothing left after tokenising), ``no_text``, ``src_too_long`` (more than
 ``max_tokens`` lead tokens: absurd input), ``empty_headline`` (nothing left once ``TITLE_PUNCT`` is
 dropped), ``invalid_utf8`` (a document whose bytes do not decode: set ``encoding`` for Latin-1
-files). Malformed files raise ``CorpusFormatError`` at ``file:line``: an unclosed or stray
+files). Malformed files raise ``CorpusFormatError`` at ``file:line`` (:mod:`pipeline.corpora.ldc_sgml`): an unclosed or stray
 ``<DOC> <DOCNO> <HEADLINE> <HEAD> <HL> <TEXT> <P>``, text outside ``<DOC>``, a document over 16 MiB,
 a file without any ``<DOC>``.
 
@@ -71,28 +71,37 @@ split, over the rows handed to ``write_corpus`` (before its removals): ``src_tok
 ``tgt_tokens``, ``src_unk``, ``tgt_unk``; sgml also ``docs`` (documents read), ``dateline_stripped``,
 ``filtered_<rule>`` (on ``filter_splits``) and, on train, ``src_vocab`` / ``tgt_vocab`` (words kept).
 """
+
 from __future__ import annotations
 
+import codecs
 import functools
 import gc
 import glob
-import gzip
 import hashlib
 import re
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from itertools import count
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, read_spill, spill_by_split, write_corpus
+from models.config import dataclass_from_dict
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    read_spill,
+    spill_by_split,
+    write_corpus,
+)
+from pipeline.corpora.ldc_sgml import Doc, DocBlock, iter_doc_blocks, parse_doc
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
 from pipeline.text.normalize import normalize_unk, rush_normalize
 from pipeline.text.ptb import first_sentence_end, tokenize
@@ -106,17 +115,48 @@ SCHEMA: pa.Schema = make_schema()
 # filter.py: headlines containing any of these strings are dropped (substring test on the
 # lowercased, space-joined tokens, digits as '#').
 BAD_TITLE_WORDS: tuple[str, ...] = (
-    "update#", "update", "recasts", "undated", "grafs", "corrects", "retransmitting", "updates",
-    "dateline", "writethru", "recaps", "inserts", "incorporates", "adv##", "ld-writethru", "djlfx",
-    "edits", "byline", "repetition", "background", "thruout", "quotes", "attention", "ny###",
-    "overline", "embargoed", "ap", "gmt", "adds", "embargo", "urgent", "?", " i ", " : ", " - ",
-    " by ", "-lrb-", "-rrb-",
+    "update#",
+    "update",
+    "recasts",
+    "undated",
+    "grafs",
+    "corrects",
+    "retransmitting",
+    "updates",
+    "dateline",
+    "writethru",
+    "recaps",
+    "inserts",
+    "incorporates",
+    "adv##",
+    "ld-writethru",
+    "djlfx",
+    "edits",
+    "byline",
+    "repetition",
+    "background",
+    "thruout",
+    "quotes",
+    "attention",
+    "ny###",
+    "overline",
+    "embargoed",
+    "ap",
+    "gmt",
+    "adds",
+    "embargo",
+    "urgent",
+    "?",
+    " i ",
+    " : ",
+    " - ",
+    " by ",
+    "-lrb-",
+    "-rrb-",
 )
 FILTER_RULES = ("no_period", "bad_headline_word", "src_length", "tgt_length", "no_overlap")  # rush_filter's order
 # pull.py (trg_lc): tokens removed from every headline.
 TITLE_PUNCT = frozenset(['"', "'", "''", "!", "=", "-", "--", ",", "?", ".", "``", "`", "-rrb-", "-lrb-", "\\/"])
-
-MAX_DOC_BYTES = 16 << 20  # a <DOC> larger than this is a missing </DOC>, not a document
 
 
 # --------------------------------------------------------------------------- #
@@ -155,7 +195,7 @@ class Config:
     chunk_size: int = 5000  # lines (rush) or documents (sgml, per map_chunks task) per chunk
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -190,179 +230,6 @@ class Config:
             raise ValueError("gigaword: need 1 <= *_min_tokens <= *_max_tokens")
         if min(self.max_tokens, self.chunk_size) < 1:
             raise ValueError("gigaword: max_tokens and chunk_size must be >= 1")
-
-
-# --------------------------------------------------------------------------- #
-# SGML documents
-# --------------------------------------------------------------------------- #
-
-
-@dataclass(frozen=True)
-class DocBlock:
-    """The raw bytes of one ``<DOC>...</DOC>`` and where it starts (``path:line``)."""
-
-    raw: bytes
-    path: str
-    line: int
-
-
-@dataclass
-class Doc:
-    """One parsed document: id (``id=`` attribute or ``<DOCNO>``), Gigaword ``type`` (None for
-    TREC), headline and paragraphs as plain text (tags removed, entities decoded, spaces collapsed)."""
-
-    doc_id: str | None
-    doc_type: str | None
-    headline: str | None
-    paragraphs: list[str]
-    path: str
-    line: int
-
-
-_TRACKED_TAG = re.compile(rb"<(/?)(DOC|DOCNO|HEADLINE|HEAD|HL|TEXT|P)(?=[\s>])[^>]*>")
-_BOM = b"\xef\xbb\xbf"
-
-
-def open_binary(path: str | Path) -> IO[bytes]:
-    """The file's bytes, gunzipped when the name ends in ``.gz`` (LDC ships Gigaword gzipped)."""
-    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
-
-
-def iter_doc_blocks(path: str | Path) -> Iterator[DocBlock]:
-    """Every ``<DOC>`` of an SGML file, checking that the structural tags nest and close.
-
-    Tags are ASCII, so the scan works on bytes whatever the text encoding (decoding is per document,
-    where a bad byte quarantines one document). The tracked tags are ``DOC DOCNO HEADLINE HEAD HL
-    TEXT P``; others (``<DATELINE>``, ``<F P=105>`` ...) are content.
-    """
-    path = str(path)
-    stack: list[tuple[str, int]] = []  # open tracked tags: (name, line)
-    buf: list[bytes] = []
-    size = docs = 0
-    with open_binary(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if lineno == 1:
-                line = line.removeprefix(_BOM)
-            in_doc = bool(stack)
-            if in_doc:
-                buf.append(line)
-                size += len(line)
-                if size > MAX_DOC_BYTES:
-                    raise CorpusFormatError(path, stack[0][1], f"<DOC> larger than {MAX_DOC_BYTES:,} bytes (missing </DOC>?)")
-            opened_doc = False
-            if b"<" in line:
-                for m in _TRACKED_TAG.finditer(line):
-                    name = m.group(2).decode("ascii")
-                    if not m.group(1):
-                        if name == "DOC":
-                            if stack:
-                                _unclosed(path, stack[-1], f"<DOC> at line {lineno}")
-                            buf, size, opened_doc = [line], len(line), True
-                        elif not stack:
-                            raise CorpusFormatError(path, lineno, f"<{name}> outside <DOC>")
-                        elif stack[-1][0] == name:
-                            _unclosed(path, stack[-1], f"another <{name}> at line {lineno}")
-                        stack.append((name, lineno))
-                        continue
-                    if not stack or all(n != name for n, _ in stack):
-                        raise CorpusFormatError(path, lineno, f"</{name}> without an open <{name}>")
-                    if stack[-1][0] != name:
-                        _unclosed(path, stack[-1], f"</{name}> at line {lineno}")
-                    stack.pop()
-                    if name == "DOC":
-                        docs += 1
-                        yield DocBlock(b"".join(buf), path, lineno - len(buf) + 1)
-                        buf, size = [], 0
-            if not in_doc and not opened_doc and line.strip():
-                raise CorpusFormatError(path, lineno, "text outside <DOC> (not an SGML news file?)")
-    if stack:
-        _unclosed(path, stack[-1], "the end of the file")
-    if not docs:
-        raise CorpusFormatError(path, None, "no <DOC> element (not an SGML news file?)")
-
-
-def _unclosed(path: str, tag: tuple[str, int], reached: str) -> None:
-    name, line = tag
-    raise CorpusFormatError(path, line, f"unclosed <{name}> (reached {reached})")
-
-
-_DOC_OPEN = re.compile(r"<DOC\b([^>]*)>")
-_ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
-_DOCNO = re.compile(r"<DOCNO>(.*?)</DOCNO>", re.S)
-_HEADLINE = re.compile(r"<(HEADLINE|HL|HEAD)>(.*?)</\1>", re.S)
-# Body text in document order: <TEXT>, and SJMN's <LEADPARA>, which holds the lead that its
-# <TEXT> then omits.
-_TEXT = re.compile(r"<(TEXT|LEADPARA)\b[^>]*>(.*?)</\1>", re.S)
-_P = re.compile(r"<P\b[^>]*>(.*?)</P>", re.S)
-_ANY_TAG = re.compile(r"<[^>]*>")
-_ENTITY = re.compile(r"&(#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
-_KNOWN_ENTITIES = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'", "nbsp": " "}
-# Paragraph breaks in <TEXT> without <P>: a blank line, an indented line (AP, NYT: 3 spaces or a
-# tab), or SJMN's ";   " separator.
-_PARA_BREAK = re.compile(r"\n[ \t]*\n|\n(?=[ \t])|;(?=[ \t]{2,})")
-_FT_PREFIX = re.compile(r"^FT\s+\d{1,2}\s+[A-Z]{3}\s+\d{2}\s*/\s*")  # FT  02 JUN 93 / <headline>
-_WSJ_RULE = re.compile(r"\n\s*@?\s*-{3,}.*", re.S)  # WSJ <HL>: a ---- line, then the byline
-_WSJ_AT = re.compile(r"(?m)^\s*@\s*")  # WSJ <HL> continuation marks
-
-
-def _entity(m: re.Match) -> str:
-    """SGML entity -> text; TREC control codes (``&Cx1f; &QL; &UR;``) -> a space."""
-    name = m.group(1)
-    if name.startswith("#"):
-        try:
-            return chr(int(name[2:], 16) if name[1] in "xX" else int(name[1:]))
-        except (ValueError, OverflowError):
-            return " "
-    return _KNOWN_ENTITIES.get(name.lower(), " ")
-
-
-def clean_text(text: str) -> str:
-    """Tags removed, entities decoded, whitespace collapsed to single spaces."""
-    text = _ANY_TAG.sub(" ", text)
-    if "&" in text:
-        text = _ENTITY.sub(_entity, text)
-    return " ".join(text.split())
-
-
-def _clean_headline(text: str) -> str:
-    text = _WSJ_RULE.sub("", _WSJ_AT.sub("", text))
-    return _FT_PREFIX.sub("", clean_text(text))
-
-
-def _paragraphs(body: str) -> list[str]:
-    """Paragraphs of one ``<TEXT>`` body: the ``<P>`` elements and, between or without them,
-    blocks separated by ``_PARA_BREAK``; empty ones dropped."""
-    pieces = _P.split(body) if "<P" in body else [body]
-    out: list[str] = []
-    for i, piece in enumerate(pieces):
-        parts = [piece] if i % 2 else _PARA_BREAK.split(piece)
-        out.extend(p for p in map(clean_text, parts) if p)
-    return out
-
-
-def parse_doc(block: DocBlock, encoding: str = "utf-8") -> Doc:
-    """Parse one document; ``UnicodeDecodeError`` if its bytes are not in ``encoding``."""
-    text = block.raw.decode(encoding)
-    attrs = dict(_ATTR.findall(m.group(1))) if (m := _DOC_OPEN.search(text)) else {}
-    doc_id = attrs.get("id")
-    if doc_id is None and (m := _DOCNO.search(text)):
-        doc_id = clean_text(m.group(1)) or None
-    headline = _clean_headline(m.group(2)) if (m := _HEADLINE.search(text)) else None
-    paragraphs = [p for _, body in _TEXT.findall(text) for p in _paragraphs(body)]
-    return Doc(doc_id, attrs.get("type"), headline or None, paragraphs, block.path, block.line)
-
-
-def iter_sgml_docs(path: str | Path, encoding: str = "utf-8") -> Iterator[Doc]:
-    """Every document of a Gigaword or TREC/DUC SGML file (``.gz`` too), in file order.
-
-    Malformed structure raises ``CorpusFormatError`` at ``file:line`` (see :func:`iter_doc_blocks`),
-    and so does a document that does not decode (readers quarantine it instead).
-    """
-    for block in iter_doc_blocks(path):
-        try:
-            yield parse_doc(block, encoding)
-        except UnicodeDecodeError as err:
-            raise CorpusFormatError(block.path, block.line, f"document is not {encoding}: {err.reason} at byte {err.start}") from err
 
 
 # --------------------------------------------------------------------------- #
@@ -417,9 +284,9 @@ def strip_dateline(sentence: str) -> tuple[str, bool]:
     that merely contains a dash keeps its words. Gigaword keeps datelines in ``<DATELINE>``.
     """
     m = _DATELINE.match(sentence)
-    if not m or not sentence[m.end():].strip():
+    if not m or not sentence[m.end() :].strip():
         return sentence, False
-    return sentence[m.end():].strip(), True
+    return sentence[m.end() :].strip(), True
 
 
 def headline_tokens(headline: str) -> list[str]:
@@ -488,8 +355,12 @@ class _ChunkResult:
 
 
 def _brief_doc(doc: Doc) -> dict:
-    return {"doc_id": doc.doc_id, "type": doc.doc_type, "headline": (doc.headline or "")[:200],
-            "lead": " ".join(doc.paragraphs[:1])[:300]}
+    return {
+        "doc_id": doc.doc_id,
+        "type": doc.doc_type,
+        "headline": (doc.headline or "")[:200],
+        "lead": " ".join(doc.paragraphs[:1])[:300],
+    }
 
 
 def process_doc(doc: Doc, split: str, cfg: Config) -> tuple[tuple[str, list[str], list[str]] | Quarantined, list[str]]:
@@ -528,7 +399,12 @@ def _sgml_chunk(cfg: Config, chunk: list[tuple[DocBlock, str | None]]) -> _Chunk
         except UnicodeDecodeError as err:
             split = forced or hash_split(f"{block.path}:{block.line}", cfg.valid_fraction, cfg.test_fraction)
             raw = block.raw[:300].decode(cfg.encoding, "backslashreplace")
-            out.items.append((split, Quarantined("invalid_utf8", f"{block.path}:{block.line}", {"byte_offset": err.start, "head": raw})))
+            out.items.append(
+                (
+                    split,
+                    Quarantined("invalid_utf8", f"{block.path}:{block.line}", {"byte_offset": err.start, "head": raw}),
+                )
+            )
             out.stats.setdefault(split, Counter())["docs"] += 1
             continue
         split = forced or hash_split(doc.doc_id or f"{block.path}:{block.line}", cfg.valid_fraction, cfg.test_fraction)
@@ -604,7 +480,9 @@ def _write_sgml(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, 
     spill_dir = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.spill-", dir=out_root.parent))
     stats = {s: SplitStats() for s in SPLIT_NAMES}
     for split, split_stats in stats.items():  # reported even when nothing was counted
-        for key in ["docs", "dateline_stripped"] + [f"filtered_{r}" for r in FILTER_RULES if split in cfg.filter_splits]:
+        for key in ["docs", "dateline_stripped"] + [
+            f"filtered_{r}" for r in FILTER_RULES if split in cfg.filter_splits
+        ]:
             split_stats.add(key, 0)
     try:
         # Pass 1 spills each chunk's rows per split to scratch files (common.spill_by_split).
@@ -612,7 +490,9 @@ def _write_sgml(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, 
         src_counts: Counter = Counter()
         tgt_counts: Counter = Counter()
         try:
-            for result in map_chunks(functools.partial(_sgml_chunk, cfg), chunked(config_doc_blocks(cfg), cfg.chunk_size)):
+            for result in map_chunks(
+                functools.partial(_sgml_chunk, cfg), chunked(config_doc_blocks(cfg), cfg.chunk_size)
+            ):
                 spill_by_split(result.items, handles)
                 for split, counts in result.stats.items():
                     for key, n in counts.items():
@@ -663,7 +543,8 @@ def _rush_files(cfg: Config) -> dict[str, tuple[Path, Path]]:
         if n_src != n_tgt:
             longer = src if n_src > n_tgt else tgt
             raise CorpusFormatError(
-                longer, min(n_src, n_tgt) + 1,
+                longer,
+                min(n_src, n_tgt) + 1,
                 f"line-aligned files differ in length: {src} has {n_src} lines, {tgt} has {n_tgt}",
             )
         files[split] = (src, tgt)
@@ -716,7 +597,9 @@ def _rush_reject(max_tokens: int, names: tuple[str, str], line: int, s: bytes, t
         if not tokens:
             return Quarantined(f"empty_{role}", f"{name}:{line}", preview)
         if len(tokens) > max_tokens:
-            return Quarantined(f"{role}_too_long", f"{name}:{line}", {"tokens": len(tokens), "head": " ".join(tokens[:50])})
+            return Quarantined(
+                f"{role}_too_long", f"{name}:{line}", {"tokens": len(tokens), "head": " ".join(tokens[:50])}
+            )
     raise AssertionError("_rush_reject called on a valid pair")
 
 
@@ -725,7 +608,7 @@ def _aligned_lines(src: Path, tgt: Path) -> Iterator[tuple[int, bytes, bytes]]:
     with open(src, "rb") as fs, open(tgt, "rb") as ft:
         for line, s, t in zip(count(1), fs, ft):
             if line == 1:
-                s, t = s.removeprefix(_BOM), t.removeprefix(_BOM)
+                s, t = s.removeprefix(codecs.BOM_UTF8), t.removeprefix(codecs.BOM_UTF8)
             yield line, s.rstrip(b"\r\n"), t.rstrip(b"\r\n")
 
 
@@ -784,3 +667,25 @@ def write_splits(cfg: Config, out_root: Path, map_chunks: Callable = serial_map)
         if cfg.format == "rush":
             return _write_rush(cfg, out_root)  # in process: see _write_rush
         return _write_sgml(cfg, out_root, map_chunks)
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def rush_tokenizer(pretokenized: bool, short_lead_chars: int = 0) -> Callable[[str], list[str]]:
+    """Raw text -> Rush et al. source tokens: the lead sentence, a wire dateline removed, PTB
+    tokens, lowercase, digits ``#``, ``&`` -> ``&amp;`` (:func:`lead_tokens`; ``short_lead_chars``
+    as there). ``pretokenized``: a line of the Rush release, split on whitespace with its ``UNK``
+    spellings unified as ``format: rush`` does. Rare words need nothing: the encoder reads every
+    word outside its vocabulary as ``<unk>``, as the reader's ``<unk>`` did."""
+    if pretokenized:
+        return lambda text: rush_normalize(normalize_unk(text.split()))
+    # lead_tokens reads a document's paragraphs; the reader's paragraphs are whitespace-collapsed.
+    return lambda text: lead_tokens([" ".join(text.split())], short_lead_chars)[0]
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens as either format makes them: :func:`rush_tokenizer`."""
+    return rush_tokenizer(pretokenized)

@@ -74,6 +74,7 @@ before its duplicate removal, as the paper's figure is over Rush's train file); 
 and, on train, ``src_vocab`` / ``tgt_vocab``; entity: ``src_entity_tokens``,
 ``tgt_entity_tokens``, ``entity_ids`` (distinct ids, summed over pairs), ``headlines_recased``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -81,18 +82,26 @@ import json
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from models.config import dataclass_from_dict
 from pipeline.corpora import gigaword
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, read_spill, spill_by_split, write_corpus
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    read_spill,
+    spill_by_split,
+    write_corpus,
+)
 from pipeline.corpora.dress import decode_fields, iter_aligned, require_files
+from pipeline.corpora.ldc_sgml import Doc, DocBlock, parse_doc
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import QUARANTINE_NAME, make_schema, read_split
 from pipeline.text.entities import (
     DEFAULT_SPACY_MODEL,
@@ -145,7 +154,7 @@ class Config(gigaword.Config):
     recase_caps_headlines: bool = True  # recase all-caps headlines from the body before tagging
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -259,7 +268,7 @@ class _EntityChunk:
     stats: dict[str, Counter] = field(default_factory=dict)
 
 
-def cased_pair(doc: gigaword.Doc, src: Sequence[str], tgt: Sequence[str]) -> tuple[list[str], list[str]]:
+def cased_pair(doc: Doc, src: Sequence[str], tgt: Sequence[str]) -> tuple[list[str], list[str]]:
     """The cased PTB tokens behind a pair that ``gigaword.process_doc`` made from ``doc``.
 
     Repeats its steps without normalising (lead: ``split_lead`` + ``strip_dateline``; headline:
@@ -274,29 +283,37 @@ def cased_pair(doc: gigaword.Doc, src: Sequence[str], tgt: Sequence[str]) -> tup
 
 
 def _entity_row(
-    row_id: str, where: str, src: list[str], src_labels: list[str], tgt: list[str], tgt_labels: list[str],
-    labels: Sequence[str], counts: Counter,
+    row_id: str,
+    where: str,
+    src: list[str],
+    src_labels: list[str],
+    tgt: list[str],
+    tgt_labels: list[str],
+    labels: Sequence[str],
+    counts: Counter,
 ) -> dict | Quarantined:
     """Anonymise and annotate one normalised pair from its tokens' labels."""
     src_mask, tgt_mask = entity_mask(src_labels, labels), entity_mask(tgt_labels, labels)
     try:
         ann = entity_pointers(src, src_mask, tgt, tgt_mask)
     except PlaceholderCollision as err:
-        return Quarantined("placeholder_collision", where, {"src": " ".join(src), "tgt": " ".join(tgt), "error": str(err)})
+        return Quarantined(
+            "placeholder_collision", where, {"src": " ".join(src), "tgt": " ".join(tgt), "error": str(err)}
+        )
     counts["src_entity_tokens"] += sum(src_mask)
     counts["tgt_entity_tokens"] += sum(tgt_mask)
     counts["entity_ids"] += len({t for t in ann.src + ann.tgt if is_placeholder(t)})
     return _row(row_id, src, tgt, ann)
 
 
-def _sgml_entity_chunk(cfg: Config, tagger: Tagger, chunk: list[tuple[gigaword.DocBlock, str | None]]) -> _EntityChunk:
+def _sgml_entity_chunk(cfg: Config, tagger: Tagger, chunk: list[tuple[DocBlock, str | None]]) -> _EntityChunk:
     """Pass over a chunk of documents (runs in a worker): gigaword's rules, then tag and anonymise."""
     out = _EntityChunk()
     pending = []  # (index in out.items, split, doc id, where, src, tgt, src_cased, tgt_cased)
     for block, forced in chunk:
         where = f"{block.path}:{block.line}"
         try:
-            doc = gigaword.parse_doc(block, cfg.encoding)
+            doc = parse_doc(block, cfg.encoding)
         except UnicodeDecodeError as err:
             split = forced or gigaword.hash_split(where, cfg.valid_fraction, cfg.test_fraction)
             head = block.raw[:300].decode(cfg.encoding, "backslashreplace")
@@ -322,7 +339,9 @@ def _sgml_entity_chunk(cfg: Config, tagger: Tagger, chunk: list[tuple[gigaword.D
     labels = tagger(sentences)
     check_labels(sentences, labels)
     for k, (index, split, doc_id, where, src, tgt, _, _) in enumerate(pending):
-        row = _entity_row(doc_id, where, src, labels[k], tgt, labels[len(pending) + k], cfg.entity_labels, out.stats[split])
+        row = _entity_row(
+            doc_id, where, src, labels[k], tgt, labels[len(pending) + k], cfg.entity_labels, out.stats[split]
+        )
         out.items[index] = (split, row)
     return out
 
@@ -392,15 +411,25 @@ def _tagged_chunk(
         except TagFormatError as err:
             if line == 1:
                 raise CorpusFormatError(
-                    paths[0], 1, f"{err}: entity mode with format rush reads tagged files (word/LABEL tokens); "
-                    "the plain Rush release has neither case nor tags, use format sgml"
+                    paths[0],
+                    1,
+                    f"{err}: entity mode with format rush reads tagged files (word/LABEL tokens); "
+                    "the plain Rush release has neither case nor tags, use format sgml",
                 ) from err
-            items.append(Quarantined("bad_tags", f"{names[0]}:{line}", {"src": " ".join(fields_[0])[:300],
-                                                                      "tgt": " ".join(fields_[1])[:300], "error": str(err)}))
+            items.append(
+                Quarantined(
+                    "bad_tags",
+                    f"{names[0]}:{line}",
+                    {"src": " ".join(fields_[0])[:300], "tgt": " ".join(fields_[1])[:300], "error": str(err)},
+                )
+            )
             continue
         src, tgt = rush_normalize(src_cased), rush_normalize(tgt_cased)
-        items.append(_entity_row(f"{names[0]}:{line}", f"{names[0]}:{line}", src, src_labels, tgt, tgt_labels,
-                                 cfg.entity_labels, counts))
+        items.append(
+            _entity_row(
+                f"{names[0]}:{line}", f"{names[0]}:{line}", src, src_labels, tgt, tgt_labels, cfg.entity_labels, counts
+            )
+        )
     return items, counts
 
 
@@ -452,3 +481,21 @@ def write_splits(
         tagger = SpacyTagger(cfg.ner_model)
         tagger.load()  # TaggerUnavailable now, not in a worker after hours of parsing
     return _write_entity_sgml(cfg, out_root, map_chunks, tagger)
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens for ``mode: unk``: Gigaword's Rush tokens
+    (:func:`pipeline.corpora.gigaword.rush_tokenizer`). ``mode: entity`` raises ``ValueError``:
+    its sources are anonymised ``@entity<n>`` by an NER tagger, and serving would need the tagger
+    and the de-anonymisation map."""
+    if settings.get("mode", "unk") != "unk":
+        raise ValueError(
+            f"raw-text input is not supported for gigaword_pointers mode {settings.get('mode')!r}: "
+            "its sources are NER-anonymised (@entity<n>); only mode 'unk' can be served"
+        )
+    return gigaword.rush_tokenizer(pretokenized)

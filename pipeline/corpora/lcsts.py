@@ -69,6 +69,7 @@ Other ``stats``: ``src_tokens``, ``tgt_tokens``, ``tgt_tokens_in_src`` (summary 
 mechanism can point at), over the rows the reader produced (before ``write_corpus`` removes train
 duplicates and leaks). :func:`measure_throughput` times the word view against bare jieba.
 """
+
 from __future__ import annotations
 
 import functools
@@ -79,17 +80,30 @@ import shutil
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
+from models.config import dataclass_from_dict
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    write_corpus,
+)
 from pipeline.parallel import ProcessMap, chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
-from pipeline.text.segment import Segmenter, char_chunk, jieba_baseline_seconds, jieba_version
+from pipeline.text.segment import (
+    Segmenter,
+    char_chunk,
+    char_tokens,
+    jieba_baseline_seconds,
+    jieba_chunk,
+    jieba_version,
+)
 
 VIEWS = ("char", "word")
 ELEMENTS = ("summary", "short_text")
@@ -116,7 +130,7 @@ class Config:
     chunk_size: int = 5000  # records per map_chunks task
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -489,3 +503,26 @@ def measure_throughput(cfg: Config, out_root: Path, workers: int = 2) -> dict[st
         "warm_cpu_s": cpu_s[1],
         "cold_cpu_ratio": cpu_s[0] / jieba_cpu_s,
     }
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+DETOKENIZE_JOIN = ""  # Chinese (either view): output tokens are joined without spaces
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens of the reader's ``view``: ``char``, every non-whitespace character
+    (:func:`pipeline.text.segment.char_tokens`); ``word``, jieba words with the reader's
+    ``jieba_hmm`` (:func:`pipeline.text.segment.jieba_chunk`). ``pretokenized``: a whitespace split."""
+    view = settings.get("view", "char")
+    if pretokenized:
+        return str.split
+    if view == "char":
+        return char_tokens
+    if view == "word":
+        hmm = bool(settings.get("jieba_hmm", True))
+        return lambda text: jieba_chunk(hmm, [text.strip()])[0].split()
+    raise ValueError(f"lcsts view must be 'char' or 'word', got {view!r}")

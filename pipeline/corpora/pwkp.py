@@ -43,24 +43,41 @@ Rows: ``id`` = ``<file name>:<line of the complex sentence>`` (test from DRESS f
 ``<src file>:<line>``), ``refs`` = ``[tgt]``. Stats as in :mod:`pipeline.corpora.dress`, plus
 ``multi_sentence_targets``.
 """
+
 from __future__ import annotations
 
 import functools
 import hashlib
 import heapq
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from pipeline.corpora.common import CorpusFormatError, Quarantined, SplitStats, pair_key, write_corpus
+from models.config import dataclass_from_dict
+from pipeline.corpora.common import (
+    CorpusFormatError,
+    Quarantined,
+    SplitStats,
+    pair_key,
+    write_corpus,
+)
 from pipeline.corpora.dress import (
-    ChunkResult, ChunkSpec as DressSpec, preview, iter_aligned, pair_counts, parse_dress_chunk,
-    require_files, stream_items, tokenise_fields,
+    ChunkResult,
+    iter_aligned,
+    pair_counts,
+    parse_dress_chunk,
+    preview,
+    ptb_tokenizer,
+    require_files,
+    stream_items,
+    tokenise_fields,
+)
+from pipeline.corpora.dress import (
+    ChunkSpec as DressSpec,
 )
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
 
 SCHEMA: pa.Schema = make_schema()
@@ -82,7 +99,7 @@ class Config:
     chunk_size: int = 5000  # blocks per map_chunks task
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -121,7 +138,9 @@ def iter_blocks(path: Path, max_block_lines: int) -> Iterator[tuple[int, list[by
             block.append(line)
             if len(block) > max_block_lines:
                 raise CorpusFormatError(
-                    path, start, f"more than {max_block_lines} lines without a blank separator line "
+                    path,
+                    start,
+                    f"more than {max_block_lines} lines without a blank separator line "
                     "(PWKP blocks are: complex sentence, its simple sentence(s), blank line)",
                 )
     if block:
@@ -285,3 +304,14 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         "test": zhu_test_stream(cfg, stats["test"], map_chunks),
     }
     return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: PTB tokens, cased as released, with the reader's ``lowercase``
+    (:func:`pipeline.corpora.dress.ptb_tokenizer`)."""
+    return ptb_tokenizer(pretokenized, bool(settings.get("lowercase", False)))

@@ -29,17 +29,20 @@ entry point (``Config``, :func:`write_splits`, as :mod:`pipeline.corpora.copynet
 fixed ``train``/``valid``/``test`` shards for ``prepare@rarest_word``. All randomness comes from
 ``random.Random`` streams seeded by strings derived from ``seed`` and the split name.
 """
+
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from pipeline.params import check_numeric_config, dataclass_from_dict
+from models.config import dataclass_from_dict
+from pipeline.params import check_numeric_config
 from pipeline.shards import ShardWriter, make_schema
 from pipeline.vocab import SPECIALS, Vocab
 
@@ -63,17 +66,20 @@ class Config:
     seed: int = 1234
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
-        check_numeric_config(self, lambda: [
-            (self.vocab_size >= 2, "vocab_size >= 2"),
-            (self.seq_len >= 1, "seq_len >= 1"),
-            (0.0 < self.ratio < 1.0, "0 < ratio < 1"),
-            (0 <= self.n_pointer < self.vocab_size, "0 <= n_pointer < vocab_size"),
-            (min(self.train_size, self.valid_size, self.test_size) >= 0, "split sizes >= 0"),
-        ])
+        check_numeric_config(
+            self,
+            lambda: [
+                (self.vocab_size >= 2, "vocab_size >= 2"),
+                (self.seq_len >= 1, "seq_len >= 1"),
+                (0.0 < self.ratio < 1.0, "0 < ratio < 1"),
+                (0 <= self.n_pointer < self.vocab_size, "0 <= n_pointer < vocab_size"),
+                (min(self.train_size, self.valid_size, self.test_size) >= 0, "split sizes >= 0"),
+            ],
+        )
 
     @property
     def shortlist_words(self) -> int:
@@ -166,3 +172,14 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=None) -> dict[str, dict
             writer.stats.update({"pointed": pointed, "pointed_per_100": 100.0 * pointed / max(1, len(rows))})
         manifests[split] = writer.close()
     return manifests
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: a whitespace split (the generated symbols ``w3 w17`` ...);
+    ``pretokenized`` changes nothing."""
+    return str.split

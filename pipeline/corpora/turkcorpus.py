@@ -24,21 +24,27 @@ have equal line counts (``CorpusFormatError`` naming both files); a non-UTF-8 li
 ``max_tokens`` tokens -> ``<role>_too_long``. Stats: ``src_tokens``, ``ref_tokens`` (all 8
 references), ``ref_tokens_in_src``, ``refs_identical_to_src``.
 """
+
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pyarrow as pa
 
+from models.config import dataclass_from_dict
 from pipeline.corpora.common import Quarantined, SplitStats, write_corpus
 from pipeline.corpora.dress import (
-    ChunkResult, decode_fields, iter_aligned, pair_counts, require_files, stream_items,
+    ChunkResult,
+    decode_fields,
+    iter_aligned,
+    pair_counts,
+    require_files,
+    stream_items,
 )
 from pipeline.parallel import chunked, serial_map
-from pipeline.params import dataclass_from_dict
 from pipeline.shards import make_schema
 
 PARTS = {"valid": "tune", "test": "test"}  # our split name -> TurkCorpus file part
@@ -58,7 +64,7 @@ class Config:
     chunk_size: int = 5000
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
@@ -99,8 +105,14 @@ def parse_turk_chunk(spec: _ChunkSpec, chunk: list[tuple[int, list[bytes]]]) -> 
 
 
 def turk_stream(
-    data_dir: str | Path, split: str, stats: SplitStats, map_chunks: Callable = serial_map,
-    n_refs: int = 8, max_tokens: int = 1000, lowercase: bool = False, chunk_size: int = 5000,
+    data_dir: str | Path,
+    split: str,
+    stats: SplitStats,
+    map_chunks: Callable = serial_map,
+    n_refs: int = 8,
+    max_tokens: int = 1000,
+    lowercase: bool = False,
+    chunk_size: int = 5000,
 ) -> Iterator:
     """Rows (with ``simp``) and quarantined records of one TurkCorpus split (``valid`` or ``test``)."""
     paths = part_paths(data_dir, PARTS[split], n_refs)
@@ -120,3 +132,17 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         for split in cfg.splits
     }
     return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+
+
+# --------------------------------------------------------------------------- #
+# Raw text (serving, predict: pipeline.corpora.raw_input)
+# --------------------------------------------------------------------------- #
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens: PTB tokens in TurkCorpus's forms, always lowercased
+    (:func:`pipeline.corpora.ewsew.turk_tokenizer`): the ``.tok`` files are lowercased as published,
+    so this reader's ``lowercase: false`` means "already"."""
+    from pipeline.corpora.ewsew import turk_tokenizer  # here: ewsew imports this module
+
+    return turk_tokenizer(pretokenized, lowercase=True, turk_tokens=True)

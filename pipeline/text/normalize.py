@@ -8,10 +8,11 @@ unescaping, so an ampersand is ``&amp;`` in the released files (``cable &amp; wi
 them. The escape is idempotent (an existing ``&amp;`` stays as it is). ``<`` and ``>`` are left
 alone: they never occur in the news text, and ``<unk>`` must survive a second pass.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 _DIGITS = str.maketrans("0123456789", "##########")
 _BARE_AMP = re.compile(r"&(?!amp;)")
@@ -33,7 +34,9 @@ def mask_digits(text: str) -> str:
     return text.translate(_DIGITS)
 
 
-def normalize_unk(tokens: list[str], aliases: frozenset[str] = frozenset({"UNK", "<unk>"}), unk: str = "<unk>") -> list[str]:
+def normalize_unk(
+    tokens: list[str], aliases: frozenset[str] = frozenset({"UNK", "<unk>"}), unk: str = "<unk>"
+) -> list[str]:
     """Map the unknown-word spellings of the Rush releases (``UNK`` in the test set, ``<unk>`` in
     train) to one token ``unk``; returns ``tokens`` itself when it holds none."""
     if not any(t in aliases for t in tokens):

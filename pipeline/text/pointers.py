@@ -55,11 +55,12 @@ the first occurrence of the matching word in the source document" -- first posit
 Rates: the paper reports 2.7 (train) / 9.1 (valid) UNK pointers and 161 (train) / 139 (valid)
 entity pointers per 100 examples; :class:`PointerCounter` measures the same figure.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Collection, Sequence
 
 UNK = "<unk>"
 # Unknown-word markers that may already be in the input (Rush-format train uses ``<unk>``,

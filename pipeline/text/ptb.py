@@ -28,6 +28,7 @@ the CoreNLP tokeniser itself is Java. One compiled regex scans the text once.
 :func:`first_sentence_end` finds the end of the first sentence that ends with a period (the Rush
 pipeline cuts the lead at the first ``.`` token, ``process_agiga.py``); see its docstring.
 """
+
 from __future__ import annotations
 
 import re
@@ -60,10 +61,19 @@ _CLOSERS = "\"'`)]}"
 
 _BRACKETS = {"(": "-LRB-", ")": "-RRB-", "[": "-LSB-", "]": "-RSB-", "{": "-LCB-", "}": "-RCB-"}
 _OPENING_CONTEXT = set(" \t\n\r([{<-")  # a quote after one of these (or at the start) opens
-_UNICODE = str.maketrans({
-    "\u201c": "``", "\u201e": "``", "\u201d": "''", "\u2018": "`", "\u2019": "'",
-    "\u2026": "...", "\u2014": "--", "\u2013": "--", "\u00a0": " ",
-})
+_UNICODE = str.maketrans(
+    {
+        "\u201c": "``",
+        "\u201e": "``",
+        "\u201d": "''",
+        "\u2018": "`",
+        "\u2019": "'",
+        "\u2026": "...",
+        "\u2014": "--",
+        "\u2013": "--",
+        "\u00a0": " ",
+    }
+)
 _CLITIC = re.compile(r"(?i)^(.+?)('s|'m|'d|'ll|'re|'ve|n't)$")
 _SPLIT_WORDS = {"cannot": 3, "gonna": 3, "gotta": 3, "wanna": 3}  # cannot -> can not, gonna -> gon na
 

@@ -21,6 +21,7 @@ exception DB that py-rouge 1.1 ships (``wordnet_key_value.txt``, all 5,930 keys 
 the DB distributed with ROUGE-1.5.5. ``scripts/rouge_reference_values.py`` builds the Perl DB
 the same way for the reference values.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,7 @@ def exception_dir() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_exceptions(directory: str | None = None) -> dict[str, str]:
     """``inflected -> base`` from every ``*.exc`` file, files in sorted order, later lines winning.
 
@@ -81,10 +82,27 @@ _HAS_V = re.compile(f"^({_C})?{_v}")  # vowel in stem
 _CVC = re.compile(f"^{_C}{_v}[^aeiouwxy]$")
 
 _STEP2 = {
-    "ational": "ate", "tional": "tion", "enci": "ence", "anci": "ance", "izer": "ize", "bli": "ble",
-    "alli": "al", "entli": "ent", "eli": "e", "ousli": "ous", "ization": "ize", "ation": "ate",
-    "ator": "ate", "alism": "al", "iveness": "ive", "fulness": "ful", "ousness": "ous",
-    "aliti": "al", "iviti": "ive", "biliti": "ble", "logi": "log",
+    "ational": "ate",
+    "tional": "tion",
+    "enci": "ence",
+    "anci": "ance",
+    "izer": "ize",
+    "bli": "ble",
+    "alli": "al",
+    "entli": "ent",
+    "eli": "e",
+    "ousli": "ous",
+    "ization": "ize",
+    "ation": "ate",
+    "ator": "ate",
+    "alism": "al",
+    "iveness": "ive",
+    "fulness": "ful",
+    "ousness": "ous",
+    "aliti": "al",
+    "iviti": "ive",
+    "biliti": "ble",
+    "logi": "log",
 }
 _STEP3 = {"icate": "ic", "ative": "", "alize": "al", "iciti": "ic", "ical": "ic", "ful": "", "ness": ""}
 

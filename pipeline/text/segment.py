@@ -22,6 +22,7 @@ transactions make each write all-or-nothing: a process killed mid-write leaves t
 state (WAL recovery), never a corrupt file. Vocabulary sizes (3,000 characters / 10,000 words for
 CopyNet, 4,000 characters for WEAN) are the vocab stage's business, not this module's.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,8 +31,8 @@ import logging
 import sqlite3
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import jieba
 
@@ -77,7 +78,7 @@ def jieba_version() -> str:
     return jieba.__version__
 
 
-def _key_prefix(hmm: bool, version: str) -> "hashlib.blake2b":
+def _key_prefix(hmm: bool, version: str) -> hashlib.blake2b:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{SCHEME}\x00{version}\x00{int(hmm)}\x00".encode())
     return h
@@ -116,7 +117,7 @@ class SegmentCache:
         except sqlite3.DatabaseError as err:
             raise RuntimeError(f"segment cache {self.path} is unreadable ({err}); delete it to rebuild") from err
 
-    def __enter__(self) -> "SegmentCache":
+    def __enter__(self) -> SegmentCache:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -167,7 +168,7 @@ class Segmenter:
         self._prefix = _key_prefix(hmm, self.version)
         self.counts = {"texts": 0, "cache_hits": 0, "segmented": 0}
 
-    def __enter__(self) -> "Segmenter":
+    def __enter__(self) -> Segmenter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -24,21 +24,28 @@ temporary file and renamed into place, so a reader never sees a half-written mod
 trained in memory (``model_writer``), not through ``model_prefix``, which SentencePiece would
 store inside the model (a temporary path would make every model differ).
 """
+
 from __future__ import annotations
 
 import functools
 import io
 import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import sentencepiece as spm
 
 from pipeline.parallel import chunked, serial_map
 from pipeline.shards import (
-    BASE_SCHEMA_FIELDS, QUARANTINE_NAME, ShardWriter, atomic_path, read_manifest, read_split, sha256_file,
+    BASE_SCHEMA_FIELDS,
+    QUARANTINE_NAME,
+    ShardWriter,
+    atomic_path,
+    read_manifest,
+    read_split,
+    sha256_file,
     write_text_atomic,
 )
 
@@ -196,9 +203,12 @@ def encode_rows(spec: _EncodeSpec, rows: list[dict]) -> list[tuple[dict, str | N
         new = {"id": row["id"], "src": src, "tgt": tgt, "refs": refs}
         new.update({name: row[name] for name in spec.keep})
         counts = {
-            "src_tokens": len(row["src"]), "src_pieces": len(new["src"]),
-            "tgt_tokens": len(row["tgt"]), "tgt_pieces": len(new["tgt"]),
-            "ref_tokens": sum(map(len, row["refs"])), "ref_pieces": sum(map(len, refs)),
+            "src_tokens": len(row["src"]),
+            "src_pieces": len(new["src"]),
+            "tgt_tokens": len(row["tgt"]),
+            "tgt_pieces": len(new["tgt"]),
+            "ref_tokens": sum(map(len, row["refs"])),
+            "ref_pieces": sum(map(len, refs)),
         }
         out.append((new, None, counts))
     return out
@@ -211,8 +221,10 @@ def _output_schema(schema: pa.Schema, drop_columns: Sequence[str], split_dir: Pa
     if missing or unknown:
         raise ValueError(f"{split_dir}: base columns missing {missing}; cannot drop {unknown}")
     aligned = [
-        f.name for f in schema
-        if f.name not in BASE_COLUMNS and f.name not in drop_columns
+        f.name
+        for f in schema
+        if f.name not in BASE_COLUMNS
+        and f.name not in drop_columns
         and (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))
     ]
     if aligned:

@@ -5,10 +5,11 @@ keep every word seen at least ``UNK = 5`` times (``construct_data.sh``), and ``p
 other word of every split as ``<unk>``. These helpers do the three steps; the readers decide which
 tokens feed the counts (train only).
 """
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 def count_tokens(token_lists: Iterable[Sequence[str]]) -> Counter:

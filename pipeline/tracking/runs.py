@@ -19,6 +19,7 @@ file when the run was opened), ``dvc.stage.<stage>`` (sha256 of that stage's ``d
 the task's stages: ``prepare/<task>``, ``vocab/<task>``, ``train/<task>-<mechanism>`` ...) and
 ``data.<split>.content_sha256`` of each manifest; params are logged as params.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,8 +61,9 @@ def metric_name(key: str) -> str:
 
 def git_commit(root: Path = REPO_ROOT) -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -93,13 +95,21 @@ def dvc_stage_hashes(task: str | None = None, mechanism: str | None = None, root
             return True
         return item.startswith(f"{task}-") and (mechanism is None or item == f"{task}-{mechanism}")
 
-    return {f"dvc.stage.{metric_name(name.replace('@', '/'))}":
-            hashlib.sha256(json.dumps(entry, sort_keys=True, default=str).encode()).hexdigest()
-            for name, entry in sorted(stages.items()) if wanted(name)}
+    return {
+        f"dvc.stage.{metric_name(name.replace('@', '/'))}": hashlib.sha256(
+            json.dumps(entry, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        for name, entry in sorted(stages.items())
+        if wanted(name)
+    }
 
 
-def provenance_tags(manifests: dict[str, dict] | None = None, task: str | None = None, mechanism: str | None = None,
-                    root: Path = REPO_ROOT) -> dict[str, str]:
+def provenance_tags(
+    manifests: dict[str, dict] | None = None,
+    task: str | None = None,
+    mechanism: str | None = None,
+    root: Path = REPO_ROOT,
+) -> dict[str, str]:
     """git commit, dvc.lock hash (whole file, and per stage of ``task`` when given) and the data
     manifests' content hashes."""
     root = Path(root)
@@ -113,8 +123,10 @@ def provenance_tags(manifests: dict[str, dict] | None = None, task: str | None =
 
 def task_manifests(shards_dir: Path) -> dict[str, dict]:
     """Every split's manifest under ``data/shards/<task>`` (``{split: manifest}``, sorted by split)."""
-    return {p.parent.name: json.loads(p.read_text(encoding="utf-8"))
-            for p in sorted(Path(shards_dir).glob("*/manifest.json"))}
+    return {
+        p.parent.name: json.loads(p.read_text(encoding="utf-8"))
+        for p in sorted(Path(shards_dir).glob("*/manifest.json"))
+    }
 
 
 def task_params(params: dict, task: str) -> dict:
@@ -138,18 +150,29 @@ def pipeline_key(task: str, key_params: dict, manifests: dict[str, dict], commit
     params (:func:`task_params`) and its manifests' content hashes. Same inputs, same key, in any
     process."""
     data = {split: m.get("content_sha256", "?") for split, m in sorted(manifests.items())}
-    blob = json.dumps({"task": task, "commit": commit if commit is not None else git_commit(),
-                       "params": key_params, "data": data}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"task": task, "commit": commit if commit is not None else git_commit(), "params": key_params, "data": data},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _param_items(params: dict) -> list[tuple[str, str]]:
     flat = flatten(params)
-    return [(metric_name(k), (json.dumps(v) if isinstance(v, (list, tuple)) else str(v))[:6000]) for k, v in flat.items()]
+    return [
+        (metric_name(k), (json.dumps(v) if isinstance(v, (list, tuple)) else str(v))[:6000]) for k, v in flat.items()
+    ]
 
 
-def parent_run(experiment: str, task: str, key_params: dict, manifests: dict[str, dict],
-               tags: dict | None = None, root: Path = REPO_ROOT) -> str:
+def parent_run(
+    experiment: str,
+    task: str,
+    key_params: dict,
+    manifests: dict[str, dict],
+    tags: dict | None = None,
+    root: Path = REPO_ROOT,
+) -> str:
     """The id of the task's parent run for this pipeline run (``tags.pipeline_key``), created
     (FINISHED, with provenance tags and ``key_params`` as params) when no process made it yet.
 
@@ -171,14 +194,20 @@ def parent_run(experiment: str, task: str, key_params: dict, manifests: dict[str
     found = find()
     if found:
         return found[0].info.run_id
-    all_tags = {**provenance_tags(manifests, task, None, root), **(tags or {}),
-                "pipeline_key": key, "kind": "pipeline", "task": task}
-    run = client.create_run(exp.experiment_id, run_name=f"pipeline {task} {key[:8]}",
-                            tags={k: str(v) for k, v in all_tags.items()})
+    all_tags = {
+        **provenance_tags(manifests, task, None, root),
+        **(tags or {}),
+        "pipeline_key": key,
+        "kind": "pipeline",
+        "task": task,
+    }
+    run = client.create_run(
+        exp.experiment_id, run_name=f"pipeline {task} {key[:8]}", tags={k: str(v) for k, v in all_tags.items()}
+    )
     run_id = run.info.run_id
     items = _param_items(key_params)
     for start in range(0, len(items), 100):  # MLflow's log_batch takes at most 100 params
-        client.log_batch(run_id, params=[Param(k, v) for k, v in items[start:start + 100]])
+        client.log_batch(run_id, params=[Param(k, v) for k, v in items[start : start + 100]])
     client.set_terminated(run_id, "FINISHED")
     winner = find()[0].info.run_id
     if winner != run_id:
@@ -197,9 +226,14 @@ def run_metric_logger(run_id: str):
         import time
 
         now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(metric_name(k), float(v), now, step)
-                                          for k, v in flatten(metrics).items()
-                                          if isinstance(v, (int, float)) and not isinstance(v, bool)])
+        client.log_batch(
+            run_id,
+            metrics=[
+                Metric(metric_name(k), float(v), now, step)
+                for k, v in flatten(metrics).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            ],
+        )
 
     return log
 
@@ -211,8 +245,14 @@ class RunLogger:
     ``mlflow.parentRunId`` is set on a new run, and on a reopened one that has none.
     """
 
-    def __init__(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None,
-                 parent_run_id: str | None = None):
+    def __init__(
+        self,
+        experiment: str,
+        run_name: str,
+        run_id: str | None = None,
+        tags: dict | None = None,
+        parent_run_id: str | None = None,
+    ):
         self.mlflow = _mlflow()
         self.mlflow.set_experiment(experiment)
         parent = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
@@ -241,8 +281,11 @@ class RunLogger:
         self.mlflow.log_params(flat)
 
     def metrics(self, metrics: dict, step: int | None = None, prefix: str = "") -> None:
-        flat = {metric_name(k): float(v) for k, v in flatten(metrics, prefix).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        flat = {
+            metric_name(k): float(v)
+            for k, v in flatten(metrics, prefix).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         self.mlflow.log_metrics(flat, step=step)
 
     def artifact(self, path: Path, subdir: str | None = None) -> None:
@@ -251,7 +294,7 @@ class RunLogger:
     def close(self, status: str = "FINISHED") -> None:
         self.mlflow.end_run(status=status)
 
-    def __enter__(self) -> "RunLogger":
+    def __enter__(self) -> RunLogger:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

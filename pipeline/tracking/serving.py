@@ -1,11 +1,11 @@
 """A trained model as an MLflow pyfunc model: raw text in, output text (and copied words) out.
 
 :class:`Predictor` is the whole path, with no MLflow in it: raw text -> the corpus reader's source
-tokens (:mod:`pipeline.text.raw_input`) -> the project's batched beam search
+tokens (:mod:`pipeline.corpora.raw_input`) -> the project's batched beam search
 (:func:`pipeline.evaluate.decode_table`, so a prediction here equals the evaluate stage's for the
 same tokens) -> extended ids back to words, a source word outside the decoder vocabulary coming
 out as itself when the model copies it (:func:`pipeline.extended_vocab.ext_ids_to_tokens`) ->
-text (:func:`pipeline.text.raw_input.detokenize`). ``copied`` lists those output tokens that are
+text (:func:`pipeline.corpora.raw_input.detokenize`). ``copied`` lists those output tokens that are
 source words outside the decoder vocabulary: only a copy (pointer) can produce them, so they
 are the copies one can be sure of (a copy of an in-vocabulary word looks like a generated one).
 
@@ -16,32 +16,46 @@ requirements, a signature (input column ``text``; outputs ``output``, ``copied``
 params ``beam_size``, ``max_len``) and the ``pipeline``/``models`` packages as code paths, so
 ``mlflow models serve -m models:/<task>@champion --env-manager local`` answers with this code.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import mlflow
 import pandas as pd
 import pyarrow as pa
 
+from models.config import dataclass_from_dict
+from pipeline.corpora.raw_input import detokenize, source_tokenizer
 from pipeline.evaluate import EvalConfig, decode_table, load_checkpoint
-from pipeline.params import REPO_ROOT, dataclass_from_dict
+from pipeline.params import REPO_ROOT
 from pipeline.shards import write_json_atomic
-from pipeline.text.raw_input import detokenize, source_tokenizer
 from pipeline.vocab import Vocab
 
 CONFIG_NAME = "serving.json"
 ARTIFACT_NAME = "model"  # the logged model's name under its run
 # What the served code imports (pipeline/, models/ and their third-party imports), pinned to the
 # installed versions so the model's environment is the one it was logged from.
-REQUIREMENTS = ("torch", "mlflow", "pandas", "numpy", "pyarrow", "polars", "pyyaml", "tqdm", "jieba",
-                "sacremoses", "sentencepiece")
+REQUIREMENTS = (
+    "torch",
+    "mlflow",
+    "pandas",
+    "numpy",
+    "pyarrow",
+    "polars",
+    "pyyaml",
+    "tqdm",
+    "jieba",
+    "sacremoses",
+    "sentencepiece",
+)
 DECODE_KEYS = ("beam_size", "max_len", "min_len", "length_penalty", "block_ngram", "batch_size", "max_src_len")
 
 
@@ -64,12 +78,13 @@ class ServingConfig:
     extra: dict = field(default_factory=dict)  # free-form provenance (run id, git commit ...)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ServingConfig":
+    def from_dict(cls, d: dict) -> ServingConfig:
         return dataclass_from_dict(cls, d)
 
     @classmethod
-    def from_params(cls, task: str, mechanism: str, prepare_settings: dict, evaluate_settings: dict,
-                    **overrides) -> "ServingConfig":
+    def from_params(
+        cls, task: str, mechanism: str, prepare_settings: dict, evaluate_settings: dict, **overrides
+    ) -> ServingConfig:
         """The decoding settings of the evaluate stage (``params['evaluate']``, the task's overrides
         applied) and the reader settings of ``params['prepare'][task]``."""
         decode = {k: evaluate_settings[k] for k in DECODE_KEYS if k in evaluate_settings}
@@ -111,8 +126,14 @@ def _texts(model_input: Any) -> list[str]:
 class Predictor:
     """Raw text -> output text with one trained model (no MLflow involved)."""
 
-    def __init__(self, checkpoint: str | Path, src_vocab: str | Path, tgt_vocab: str | Path,
-                 config: ServingConfig, subword_model: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        src_vocab: str | Path,
+        tgt_vocab: str | Path,
+        config: ServingConfig,
+        subword_model: str | Path | None = None,
+    ) -> None:
         from pipeline.train import resolve_device
 
         self.config = config
@@ -123,8 +144,13 @@ class Predictor:
         self.tokenize = source_tokenizer(config.prepare, config.pretokenized, self.subword_model)
 
     @classmethod
-    def from_checkpoint_dir(cls, checkpoint_dir: str | Path, vocab_dir: str | Path, config: ServingConfig,
-                            subword_model: str | Path | None = None) -> "Predictor":
+    def from_checkpoint_dir(
+        cls,
+        checkpoint_dir: str | Path,
+        vocab_dir: str | Path,
+        config: ServingConfig,
+        subword_model: str | Path | None = None,
+    ) -> Predictor:
         """``<checkpoint_dir>/model.pt`` with ``<vocab_dir>/{src,tgt}.vocab`` (the stage outputs)."""
         checkpoint_dir, vocab_dir = Path(checkpoint_dir), Path(vocab_dir)
         return cls(checkpoint_dir / "model.pt", vocab_dir / "src.vocab", vocab_dir / "tgt.vocab", config, subword_model)
@@ -139,15 +165,23 @@ class Predictor:
         if not todo:
             return out
         list_type = pa.list_(pa.string())
-        table = pa.table({"id": pa.array([str(i) for i in todo]),
-                          "src": pa.array([sources[i] for i in todo], type=list_type),
-                          "tgt": pa.array([[] for _ in todo], type=list_type)})
+        table = pa.table(
+            {
+                "id": pa.array([str(i) for i in todo]),
+                "src": pa.array([sources[i] for i in todo], type=list_type),
+                "tgt": pa.array([[] for _ in todo], type=list_type),
+            }
+        )
         cfg = self.config.eval_config(beam_size=beam_size, max_len=max_len)
         records = decode_table(self.model, table, self.src_vocab, self.tgt_vocab, cfg, self.device, desc="predict")
         for i, rec in zip(todo, records):
             tokens = rec["pred"]
-            out[i].update(tokens=tokens, copied=rec["copied"], score=rec["scores"][0],
-                          output=detokenize(tokens, self.config.prepare, self.subword_model))
+            out[i].update(
+                tokens=tokens,
+                copied=rec["copied"],
+                score=rec["scores"][0],
+                output=detokenize(tokens, self.config.prepare, self.subword_model),
+            )
         return out
 
 
@@ -184,8 +218,13 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
             raise RuntimeError("CopySeqModel has no model loaded (load it with mlflow.pyfunc.load_model)")
         params = params or {}
         rows = self.predictor.predict(_texts(model_input), params.get("beam_size"), params.get("max_len"))
-        return pd.DataFrame({"output": [r["output"] for r in rows], "copied": [r["copied"] for r in rows],
-                             "tokens": [r["tokens"] for r in rows]})
+        return pd.DataFrame(
+            {
+                "output": [r["output"] for r in rows],
+                "copied": [r["copied"] for r in rows],
+                "tokens": [r["tokens"] for r in rows],
+            }
+        )
 
 
 warnings.showwarning = _previous_showwarning
@@ -216,19 +255,41 @@ def pinned_requirements() -> list[str]:
 
 def signature(config: ServingConfig):
     from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, DataType, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import (
+        Array,
+        ColSpec,
+        DataType,
+        ParamSchema,
+        ParamSpec,
+        Schema,
+    )
 
     return ModelSignature(
         inputs=Schema([ColSpec(DataType.string, "text")]),
-        outputs=Schema([ColSpec(DataType.string, "output"), ColSpec(Array(DataType.string), "copied"),
-                        ColSpec(Array(DataType.string), "tokens")]),
-        params=ParamSchema([ParamSpec("beam_size", DataType.long, int(config.beam_size)),
-                            ParamSpec("max_len", DataType.long, int(config.max_len))]),
+        outputs=Schema(
+            [
+                ColSpec(DataType.string, "output"),
+                ColSpec(Array(DataType.string), "copied"),
+                ColSpec(Array(DataType.string), "tokens"),
+            ]
+        ),
+        params=ParamSchema(
+            [
+                ParamSpec("beam_size", DataType.long, int(config.beam_size)),
+                ParamSpec("max_len", DataType.long, int(config.max_len)),
+            ]
+        ),
     )
 
 
-def log_pyfunc_model(run_id: str, checkpoint_dir: str | Path, vocab_dir: str | Path, config: ServingConfig | dict,
-                     input_example: Sequence[str] | None = None, subword_model: str | Path | None = None) -> str:
+def log_pyfunc_model(
+    run_id: str,
+    checkpoint_dir: str | Path,
+    vocab_dir: str | Path,
+    config: ServingConfig | dict,
+    input_example: Sequence[str] | None = None,
+    subword_model: str | Path | None = None,
+) -> str:
     """Log ``checkpoint_dir/model.pt`` + ``vocab_dir/{src,tgt}.vocab`` as a pyfunc model named
     ``model`` under the run ``run_id`` (reused when it is the active run, else reopened); returns
     the model URI to register (``models:/m-...``). ``input_example``: a few raw texts (stored with
@@ -238,18 +299,28 @@ def log_pyfunc_model(run_id: str, checkpoint_dir: str | Path, vocab_dir: str | P
     with tempfile.TemporaryDirectory(prefix="serving-") as tmp:
         config_path = Path(tmp) / CONFIG_NAME
         write_json_atomic(config_path, asdict(config))
-        artifacts = {"model": str(checkpoint_dir / "model.pt"), "src_vocab": str(vocab_dir / "src.vocab"),
-                     "tgt_vocab": str(vocab_dir / "tgt.vocab"), "config": str(config_path)}
+        artifacts = {
+            "model": str(checkpoint_dir / "model.pt"),
+            "src_vocab": str(vocab_dir / "src.vocab"),
+            "tgt_vocab": str(vocab_dir / "tgt.vocab"),
+            "config": str(config_path),
+        }
         if subword_model:
             artifacts["subword_model"] = str(subword_model)
         missing = [p for p in artifacts.values() if not Path(p).is_file()]
         if missing:
             raise FileNotFoundError(f"cannot log the model: missing {', '.join(missing)}")
         example = pd.DataFrame({"text": list(input_example)}) if input_example else None
-        kwargs = dict(name=ARTIFACT_NAME, python_model=CopySeqModel(), artifacts=artifacts,
-                      code_paths=copy_packages(Path(tmp) / "code"),
-                      pip_requirements=pinned_requirements(), signature=signature(config), input_example=example,
-                      tags={"task": config.task, "mechanism": config.mechanism})
+        kwargs = dict(
+            name=ARTIFACT_NAME,
+            python_model=CopySeqModel(),
+            artifacts=artifacts,
+            code_paths=copy_packages(Path(tmp) / "code"),
+            pip_requirements=pinned_requirements(),
+            signature=signature(config),
+            input_example=example,
+            tags={"task": config.task, "mechanism": config.mechanism},
+        )
         active = mlflow.active_run()
         if active is not None and active.info.run_id == run_id:
             info = mlflow.pyfunc.log_model(**kwargs)
@@ -270,7 +341,8 @@ class LocalModel:
         return self.python_model.predict(None, data, params)
 
 
-def local_model(checkpoint_dir: str | Path, vocab_dir: str | Path, config: ServingConfig,
-                subword_model: str | Path | None = None) -> LocalModel:
+def local_model(
+    checkpoint_dir: str | Path, vocab_dir: str | Path, config: ServingConfig, subword_model: str | Path | None = None
+) -> LocalModel:
     """The same pyfunc object built from files on disk (``predict --checkpoint``): no MLflow store."""
     return LocalModel(CopySeqModel(Predictor.from_checkpoint_dir(checkpoint_dir, vocab_dir, config, subword_model)))

@@ -1,4 +1,4 @@
-"""``python -m pipeline.predict``: raw text in (a file or stdin, one input a line), one output a line.
+"""``python -m pipeline.tracking.predict``: raw text in (a file or stdin, one input a line), one output a line.
 
 Two sources of a model:
 
@@ -15,21 +15,28 @@ that the model copied) and appends a tab and the copied words; ``--beam N`` / ``
 override the decoding settings. An empty input line gives an empty output line, so outputs stay
 line-aligned with inputs.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
 import pandas as pd
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="copyseq-predict", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="copyseq-predict",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="a checkpoint directory data/checkpoints/<task>/<mechanism> (holds model.pt)")
+    source.add_argument(
+        "--checkpoint", help="a checkpoint directory data/checkpoints/<task>/<mechanism> (holds model.pt)"
+    )
     source.add_argument("--model", help="an MLflow model URI, e.g. models:/copy_rules@champion")
     parser.add_argument("--task", help="the task of --checkpoint (default: the checkpoint's parent directory name)")
     parser.add_argument("--mechanism", help="the mechanism of --checkpoint (default: the checkpoint directory name)")
@@ -37,11 +44,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab", default=None, help="vocabulary directory (default: data/vocab/<task>)")
     parser.add_argument("--input", default="-", help="input file, one text a line (default: stdin)")
     parser.add_argument("--output", default="-", help="output file (default: stdout)")
-    parser.add_argument("--show-copies", action="store_true", help="mark copied words [like this] and list them after a tab")
+    parser.add_argument(
+        "--show-copies", action="store_true", help="mark copied words [like this] and list them after a tab"
+    )
     parser.add_argument("--beam", type=int, default=None, help="beam size (default: the evaluate settings)")
     parser.add_argument("--max-len", type=int, default=None, help="maximum output length")
-    parser.add_argument("--pretokenized", action="store_true",
-                        help="--checkpoint only: inputs are already the corpus's tokens, space-separated")
+    parser.add_argument(
+        "--pretokenized",
+        action="store_true",
+        help="--checkpoint only: inputs are already the corpus's tokens, space-separated",
+    )
     parser.add_argument("--device", default="cpu", help="--checkpoint only: cpu | auto | cuda[:N] (default: cpu)")
     args = parser.parse_args(argv)
     for name in ("beam", "max_len"):
@@ -49,15 +61,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if args.model and (args.pretokenized or args.vocab or args.task or args.mechanism):
-        parser.error("--task/--mechanism/--vocab/--pretokenized go with --checkpoint; a registered model carries its own")
+        parser.error(
+            "--task/--mechanism/--vocab/--pretokenized go with --checkpoint; a registered model carries its own"
+        )
     return args
 
 
 def checkpoint_model(args: argparse.Namespace):
     """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
     from pipeline.params import load_params, project_root
-    from pipeline.serving import ServingConfig, local_model
     from pipeline.tasks import effective_params
+    from pipeline.tracking.serving import ServingConfig, local_model
 
     ckpt = Path(args.checkpoint)
     if not (ckpt / "model.pt").is_file():
@@ -72,15 +86,16 @@ def checkpoint_model(args: argparse.Namespace):
     root = project_root(args.params)
     vocab = Path(args.vocab) if args.vocab else root / "data" / "vocab" / task
     subword = root / "data" / "shards" / task / "subword.model"
-    config = ServingConfig.from_params(task, mechanism, prepare, evaluate, device=args.device,
-                                       pretokenized=args.pretokenized)
+    config = ServingConfig.from_params(
+        task, mechanism, prepare, evaluate, device=args.device, pretokenized=args.pretokenized
+    )
     return local_model(ckpt, vocab, config, subword if prepare.get("subword") else None)
 
 
 def registered_model(uri: str):
     import mlflow
 
-    from pipeline.tracking import tracking_uri
+    from pipeline.tracking.runs import tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())

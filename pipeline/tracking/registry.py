@@ -1,6 +1,6 @@
 """The MLflow model registry: one registered model per task, its best version under the alias ``champion``.
 
-Conventions (read by ``flows/evaluate.py``, ``flows/compare.py`` and ``flows/retrain.py``):
+Conventions (read by ``flows/evaluate.py``, ``flows/compare.py`` and ``pipeline/retrain.py``):
 
 * registered model name: ``<prefix><task>`` (:func:`model_name`; prefix ``""`` by default, so
   ``models:/copy_rules@champion``);
@@ -14,15 +14,17 @@ Conventions (read by ``flows/evaluate.py``, ``flows/compare.py`` and ``flows/ret
   writes the current reason into the registered model's description.
 
 Every function takes the task name and an optional ``prefix`` and talks to the tracking URI of
-:func:`pipeline.tracking.tracking_uri` (``MLFLOW_TRACKING_URI`` or the repository's SQLite file).
+:func:`pipeline.tracking.runs.tracking_uri` (``MLFLOW_TRACKING_URI`` or the repository's SQLite file).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import time
+from pathlib import Path
 
-from pipeline.tracking import metric_name
+from pipeline.tracking.runs import metric_name
 
 ALIAS = "champion"
 METRIC_TAG = "metric"
@@ -34,7 +36,7 @@ TAG_VALUE_LIMIT = 5000  # stay under every backend's tag value limit
 def _client():
     from mlflow import MlflowClient
 
-    from pipeline.tracking import tracking_uri
+    from pipeline.tracking.runs import tracking_uri
 
     return MlflowClient(tracking_uri=tracking_uri(), registry_uri=tracking_uri())
 
@@ -54,6 +56,7 @@ def metric_tags(metrics: dict) -> dict[str, str]:
 
     Only each split's own numbers: per-group breakdowns (``groups``), a metric's name and lists
     stay in metrics.json and the run; a top-level number becomes ``metric.<key>``."""
+
     def number(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -67,11 +70,11 @@ def metric_tags(metrics: dict) -> dict[str, str]:
 
 
 def register(model_uri: str, task: str, tags: dict | None = None, prefix: str = "") -> str:
-    """Register ``model_uri`` (from :func:`pipeline.serving.log_pyfunc_model`) as a new version of
+    """Register ``model_uri`` (from :func:`pipeline.tracking.serving.log_pyfunc_model`) as a new version of
     the task's model (created when missing), with ``tags`` on the version; returns the version."""
     import mlflow
 
-    from pipeline.tracking import tracking_uri
+    from pipeline.tracking.runs import tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
@@ -102,7 +105,9 @@ def set_champion(task: str, version: str | int, reason: str, prefix: str = "") -
     client.set_model_version_tag(name, version, "champion_reason", reason[:TAG_VALUE_LIMIT])
     client.set_model_version_tag(name, version, "champion_since", now)
     history = champion_history(task, prefix)
-    history.append({"version": version, "previous": str(previous.version) if previous else None, "reason": reason, "time": now})
+    history.append(
+        {"version": version, "previous": str(previous.version) if previous else None, "reason": reason, "time": now}
+    )
     history = history[-HISTORY_KEEP:]
     text = json.dumps(history, ensure_ascii=False)
     while len(text) > TAG_VALUE_LIMIT and len(history) > 1:  # drop the oldest until it fits
@@ -135,16 +140,20 @@ def version_metric(version, metric_key: str) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def best_version(task: str, metric_key: str, higher_is_better: bool = True, prefix: str = "",
-                 where: dict[str, str] | None = None) -> str | None:
+def best_version(
+    task: str, metric_key: str, higher_is_better: bool = True, prefix: str = "", where: dict[str, str] | None = None
+) -> str | None:
     """The registered version with the best ``metric_key`` tag (``"test.top1"`` or
     ``"metric.test.top1"``) among those whose tags equal ``where`` (e.g. the same test data:
     ``{"data.test.content_sha256": ...}``, so only comparable numbers compete); versions without
     the metric are skipped; None when none has it. Ties go to the current champion, then to the
     newest version."""
     client, name = _client(), model_name(task, prefix)
-    versions = [v for v in client.search_model_versions(f"name='{name}'")
-                if all((v.tags or {}).get(k) == str(val) for k, val in (where or {}).items())]
+    versions = [
+        v
+        for v in client.search_model_versions(f"name='{name}'")
+        if all((v.tags or {}).get(k) == str(val) for k, val in (where or {}).items())
+    ]
     scored = [(v, version_metric(v, metric_key)) for v in versions]
     scored = [(v, s) for v, s in scored if s is not None]
     if not scored:
@@ -156,8 +165,9 @@ def best_version(task: str, metric_key: str, higher_is_better: bool = True, pref
     return str(best[0].version)
 
 
-def promote_best(task: str, metric_key: str, higher_is_better: bool = True, prefix: str = "",
-                 where: dict[str, str] | None = None) -> str | None:
+def promote_best(
+    task: str, metric_key: str, higher_is_better: bool = True, prefix: str = "", where: dict[str, str] | None = None
+) -> str | None:
     """Move ``champion`` to :func:`best_version` when it is not there yet, with a reason naming
     both versions' values; returns the champion's version afterwards (None: nothing to rank)."""
     best = best_version(task, metric_key, higher_is_better, prefix, where)
@@ -168,8 +178,22 @@ def promote_best(task: str, metric_key: str, higher_is_better: bool = True, pref
         return best
     chosen = _client().get_model_version(model_name(task, prefix), best)
     value = version_metric(chosen, metric_key)
-    was = "no champion before" if current is None else \
-        f"was version {current.version} ({version_metric(current, metric_key)})"
+    was = (
+        "no champion before"
+        if current is None
+        else f"was version {current.version} ({version_metric(current, metric_key)})"
+    )
     order = "higher" if higher_is_better else "lower"
     set_champion(task, best, f"best {metric_key} ({order} is better): version {best} ({value}); {was}", prefix)
     return best
+
+
+def download_version(name: str, version: str | int, dst: Path) -> Path:
+    """Download every artifact of registered model ``name`` version ``version`` under ``dst``."""
+    import mlflow
+
+    from pipeline.tracking.runs import tracking_uri
+
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_registry_uri(tracking_uri())
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst)))

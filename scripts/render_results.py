@@ -1,0 +1,243 @@
+"""Result tables in README.md and docs/*.md, generated from the metrics files the pipeline writes.
+
+A block in a markdown file is a pair of marker comments::
+
+    <!-- results:TASK -->              every table of TASK's comparison page
+    <!-- results:TASK:SPLIT:KEY -->    one table of it: SPLIT, and KEY = top1 / top10 (exact match)
+                                       or the metric kind (rouge_f, bleu_sari, ...) of a text task
+    ... generated, do not edit ...
+    <!-- /results -->
+
+The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<mechanism>/metrics.json``
+(git-tracked; one per mechanism that was evaluated) by ``pipeline.compare.comparison_markdown``, the
+function the compare stage writes ``data/eval/comparison/TASK.md`` with: the same tables, our rows
+beside the published rows of ``pipeline/paper_results.yaml``, under the task's effective ``compare``
+and ``evaluate`` settings of ``params.yaml`` (``pipeline.tasks.effective_params``). Only the
+MLflow champion line, which needs the registry, is left out. Text outside the markers is never
+touched. A task with metrics files but no ``<!-- results:TASK -->`` block (all its tables) in any
+page gets one appended to docs/results.md.
+
+    python scripts/render_results.py           # rewrite the blocks
+    python scripts/render_results.py --check   # exit 1, naming the file and the block, when a committed
+                                               # table differs from what the metrics files give
+                                               # (exit 2: a block names a task or table that has no metrics)
+    python scripts/render_results.py --root DIR   # another project directory (params.yaml, data/, docs/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from models import DISPLAY_NAMES  # noqa: E402
+from pipeline.compare import comparison_markdown  # noqa: E402
+from pipeline.evaluate import EvalConfig  # noqa: E402
+from pipeline.params import load_params, section  # noqa: E402
+from pipeline.paths import TaskPaths  # noqa: E402
+from pipeline.tasks import effective_params  # noqa: E402
+
+BLOCK = re.compile(r"<!-- results:(?P<spec>[^\s>]+) -->\n(?P<body>.*?)<!-- /results -->", re.S)
+# the section headings pipeline.compare.comparison_markdown writes
+SECTION = re.compile(
+    r"^## (?P<split>[^\s:]+)(?: \(\d+ examples\))?: "
+    r"(?:exact-match accuracy, (?P<key>\S+) \(%\)|(?P<kind>\S+))$"
+)
+NEW_BLOCKS_FILE = "docs/results.md"
+
+
+class RenderError(Exception):
+    pass
+
+
+def runs_dir(root: Path) -> Path:
+    """data/eval/runs: the evaluate stage writes <task>/<mechanism>/metrics.json there."""
+    return TaskPaths("_", root).evaluation("_").parent.parent
+
+
+def markdown_files(root: Path) -> list[Path]:
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.exists()]
+
+
+def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
+    """{mechanism: metrics.json} of every evaluated mechanism of ``task``, in params.yaml's order."""
+    runs = runs_dir(root) / task
+    found = {p.parent.name: p for p in runs.glob("*/metrics.json")}
+    if not found:
+        raise RenderError(f"no metrics files under {runs.relative_to(root)}/<mechanism>/metrics.json")
+    order = list(params.get("mechanisms") or []) + list(DISPLAY_NAMES)
+    names = sorted(found, key=lambda m: (order.index(m) if m in order else len(order), m))
+    return {m: json.loads(found[m].read_text(encoding="utf-8")) for m in names}
+
+
+def comparison_page(root: Path, params: dict, task: str) -> str:
+    """The compare stage's page for ``task`` (without the MLflow champion line)."""
+    metrics = task_metrics(root, params, task)
+    eff = effective_params(params, task)
+    ev = EvalConfig.from_dict({k: v for k, v in section(eff, "evaluate").items() if k != "heatmap"})
+    splits = list(ev.splits) + list(ev.optional_splits)
+    kinds = {split: ev.metric_for(split) for split in splits}
+    return comparison_markdown(task, metrics, section(eff, "compare"), DISPLAY_NAMES, kinds)
+
+
+def sections(page: str) -> list[tuple[re.Match | None, str, str]]:
+    """(heading match, heading line, body) for each ``## `` section of a comparison page."""
+    out, head, body = [], None, []
+    for line in page.splitlines():
+        if line.startswith("## "):
+            if head is not None:
+                out.append((SECTION.match(head), head, "\n".join(body).strip("\n")))
+            head, body = line, []
+        elif head is not None:
+            body.append(line)
+    if head is not None:
+        out.append((SECTION.match(head), head, "\n".join(body).strip("\n")))
+    return out
+
+
+def render(spec: str, root: Path, params: dict, cache: dict) -> str:
+    """The text between the markers of block ``spec``."""
+    task, *rest = spec.split(":")
+    if len(rest) not in (0, 2):
+        raise RenderError(f"block results:{spec}: expected results:TASK or results:TASK:SPLIT:KEY")
+    if task not in cache:
+        cache[task] = comparison_page(root, params, task)
+    parts = sections(cache[task])
+    if not rest:
+        text = "\n\n".join(f"### {task} / {head[3:]}\n\n{body}" for _, head, body in parts)
+    else:
+        split, key = rest
+        chosen = [body for m, _, body in parts if m and m["split"] == split and (m["key"] or m["kind"]) == key]
+        if not chosen:
+            have = ", ".join(f"{m['split']}:{m['key'] or m['kind']}" for m, _, _ in parts if m)
+            raise RenderError(
+                f"block results:{spec}: the comparison page of {task} has no {split}:{key} "
+                f"table (it has: {have or 'none'})"
+            )
+        text = "\n\n".join(chosen)
+    return f"\n{text}\n\n"
+
+
+def fenced_ranges(text: str) -> list[tuple[int, int]]:
+    """Character ranges of fenced code blocks (markers shown there as examples are not blocks)."""
+    ranges, start, pos = [], None, 0
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith(("```", "~~~")):
+            if start is None:
+                start = pos
+            else:
+                ranges.append((start, pos + len(line)))
+                start = None
+        pos += len(line)
+    return ranges
+
+
+def blocks(text: str) -> list[re.Match]:
+    fences = fenced_ranges(text)
+    return [m for m in BLOCK.finditer(text) if not any(a <= m.start() < b for a, b in fences)]
+
+
+def rendered_file(path: Path, root: Path, params: dict, cache: dict, used: set) -> str:
+    text = path.read_text(encoding="utf-8")
+    fences = fenced_ranges(text)
+
+    def sub(m: re.Match) -> str:
+        if any(a <= m.start() < b for a, b in fences):
+            return m[0]
+        spec = m["spec"]
+        if ":" not in spec:
+            used.add(spec)
+        try:
+            body = render(spec, root, params, cache)
+        except RenderError as err:
+            raise RenderError(f"{path.relative_to(root)}: {err}") from None
+        return f"<!-- results:{spec} -->\n{body}<!-- /results -->"
+
+    return BLOCK.sub(sub, text)
+
+
+def evaluated_tasks(root: Path) -> list[str]:
+    runs = runs_dir(root)
+    return (
+        sorted(p.name for p in runs.iterdir() if p.is_dir() and any(p.glob("*/metrics.json"))) if runs.exists() else []
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a file's generated tables differ from the metrics files",
+    )
+    ap.add_argument("--root", type=Path, default=REPO, help="project directory (default: this repository)")
+    args = ap.parse_args(argv)
+    root = args.root.resolve()
+    params = load_params(root / "params.yaml")
+    cache: dict[str, str] = {}
+    used: set[str] = set()
+    new: dict[Path, str] = {}
+    try:
+        for path in markdown_files(root):
+            new[path] = rendered_file(path, root, params, cache, used)
+        missing = [t for t in evaluated_tasks(root) if t not in used]
+        if missing:
+            target = root / NEW_BLOCKS_FILE
+            text = new.get(target) or (target.read_text(encoding="utf-8") if target.exists() else "# Results\n")
+            for task in missing:
+                text = text.rstrip("\n") + (
+                    f"\n\n## {task}\n\n<!-- results:{task} -->\n{render(task, root, params, cache)}<!-- /results -->\n"
+                )
+            new[target] = text
+    except RenderError as err:
+        print(f"render_results: {err}", file=sys.stderr)
+        return 2
+
+    stale = []
+    for path, text in new.items():
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        if text == old:
+            continue
+        rel = path.relative_to(root)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"render_results: rewrote {rel}")
+            continue
+        old_blocks = {m["spec"]: m[0] for m in blocks(old)}
+        new_blocks = {m["spec"]: m[0] for m in blocks(text)}
+        for spec, block in new_blocks.items():
+            if old_blocks.get(spec) == block:
+                continue
+            what = (
+                "is missing (the task has metrics files)"
+                if spec not in old_blocks
+                else "differs from the metrics files"
+            )
+            stale.append(f"{rel}: block results:{spec} {what}")
+            diff = difflib.unified_diff(
+                old_blocks.get(spec, "").splitlines(),
+                block.splitlines(),
+                f"{rel} (committed)",
+                f"{rel} (from data/eval/runs)",
+                lineterm="",
+                n=1,
+            )
+            stale.extend("    " + line for line in list(diff)[:40])
+    if stale:
+        print("\n".join(stale), file=sys.stderr)
+        print("render_results: tables are out of date; run `python scripts/render_results.py`", file=sys.stderr)
+        return 1
+    if args.check:
+        print("render_results: every generated table matches the metrics files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The documentation: generated result tables equal to the metrics files, a short README, no broken
+relative links (files, and headings for #anchors into markdown files)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "render_results.py"
+README_MAX_LINES = 250
+PAGES = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    REPO / "benchmarks" / "README.md",
+    REPO / "data" / "README.md",
+]
+
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REF_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", re.M)
+HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.I)
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("render_results", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def render(*args: str, root: Path) -> subprocess.CompletedProcess:
+    """scripts/render_results.py's main in this process (on a temporary project ``root``)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = _load_script().main([*args, "--root", str(root)])
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks, inline code spans blanked."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            out.append("")
+            continue
+        out.append("" if fenced else re.sub(r"`[^`]*`", lambda m: " " * len(m[0]), line))
+    return "\n".join(out)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: link text kept, lowercase, punctuation dropped, spaces -> '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    found, seen = set(), {}
+    text = path.read_text(encoding="utf-8")
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        m = None if fenced else HEADING.match(line)
+        if m:
+            base = slug(m[2])
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    found.update(HTML_ANCHOR.findall(text))
+    return found
+
+
+def relative_links(path: Path) -> list[str]:
+    text = prose(path.read_text(encoding="utf-8"))
+    targets = LINK.findall(text) + REF_LINK.findall(text)
+    return [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)]  # http:, mailto: ...
+
+
+def test_generated_result_tables_match_the_metrics_files():
+    """`python scripts/render_results.py --check` on the repository, as a user runs it."""
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_readme_is_short():
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
+
+
+def test_readme_keeps_the_two_setup_commands_and_links_every_docs_page():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "make repro" in readme and "make test" in readme
+    for page in sorted((REPO / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_point_to_existing_files_and_headings(page):
+    if not page.exists():
+        pytest.skip(f"{page.relative_to(REPO)} absent")
+    broken = []
+    for target in relative_links(page):
+        file_part, _, anchor = target.partition("#")
+        dest = (page.parent / file_part).resolve() if file_part else page
+        if not dest.exists():
+            broken.append(f"{target}: no file {dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {dest.relative_to(REPO)}")
+    assert not broken, f"{page.relative_to(REPO)}:\n  " + "\n  ".join(broken)
+
+
+def test_slug_follows_github():
+    assert (
+        slug("Ingestion throughput (`benchmarks/bench_corpora.py`, a 2-core CPU)")
+        == "ingestion-throughput-benchmarksbench_corporapy-a-2-core-cpu"
+    )
+    assert (
+        slug("Pointer Softmax section 5.1: the rarest-word task") == "pointer-softmax-section-51-the-rarest-word-task"
+    )
+
+
+def _project(tmp_path: Path) -> Path:
+    """A project with the repository's params and copy_rules metrics, and pages with blocks."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(
+        REPO / "data" / "eval" / "runs" / "copy_rules",
+        tmp_path / "data/eval/runs/copy_rules",
+        ignore=shutil.ignore_patterns("predictions", "*.png"),
+    )
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(
+        "# x\n\nprose before\n\n<!-- results:copy_rules:test:top1 -->\n"
+        "<!-- /results -->\n\nprose after\n\n```\n<!-- results:nope -->\n"
+        "<!-- /results -->\n```\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "docs" / "results.md").write_text("# Results\n\nintro\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_render_fills_blocks_and_check_names_the_stale_file_and_block(tmp_path):
+    root = _project(tmp_path)
+    stale = render("--check", root=root)
+    assert stale.returncode == 1
+    assert "README.md: block results:copy_rules:test:top1" in stale.stderr
+    assert "docs/results.md: block results:copy_rules is missing" in stale.stderr
+
+    assert render(root=root).returncode == 0
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "prose before" in readme and "prose after" in readme
+    assert "| CopyNet (ours) |" in readme and "| CopyNet (paper) | 97.3 |" in readme
+    assert "<!-- results:nope -->\n<!-- /results -->" in readme  # a marker in a code block is an example
+    results = (root / "docs" / "results.md").read_text(encoding="utf-8")
+    assert results.startswith("# Results\n\nintro\n") and "<!-- results:copy_rules -->" in results
+    assert "### copy_rules / test_unseen: exact-match accuracy, top10 (%)" in results
+    assert render("--check", root=root).returncode == 0
+
+    # a hand edit inside a block is drift; outside the markers it is left alone
+    (root / "README.md").write_text(
+        readme.replace("| CopyNet (ours) | 98.8", "| CopyNet (ours) | 99.9").replace("prose after", "edited prose"),
+        encoding="utf-8",
+    )
+    drift = render("--check", root=root)
+    assert drift.returncode == 1 and "README.md: block results:copy_rules:test:top1 differs" in drift.stderr
+    assert render(root=root).returncode == 0
+    fixed = (root / "README.md").read_text(encoding="utf-8")
+    assert "| CopyNet (ours) | 98.8" in fixed and "edited prose" in fixed
+
+
+def test_render_refuses_a_table_the_metrics_do_not_have(tmp_path):
+    root = _project(tmp_path)
+    (root / "README.md").write_text("<!-- results:copy_rules:valid:top1 -->\n<!-- /results -->\n", encoding="utf-8")
+    bad = render("--check", root=root)
+    assert bad.returncode == 2 and "README.md" in bad.stderr and "no valid:top1 table" in bad.stderr
+    (root / "README.md").write_text("<!-- results:gigaword -->\n<!-- /results -->\n", encoding="utf-8")
+    missing = render("--check", root=root)
+    assert missing.returncode == 2 and "no metrics files under data/eval/runs/gigaword" in missing.stderr
