@@ -14,12 +14,12 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
+from pipeline.checkpoints import CheckpointError, load_model
 from pipeline.corpora.raw_input import detokenize
 from pipeline.evaluate import (
     EvalConfig,
     copy_trace,
     decode_table,
-    load_checkpoint,
     score_records,
     write_jsonl_atomic,
 )
@@ -67,13 +67,28 @@ def heatmap(
     return out
 
 
+def training_run(paths: TaskPaths, mechanism: str) -> str | None:
+    """The MLflow run id of the training that wrote the checkpoint (run.json), which evaluation
+    reopens and registers the model under; None outside the pipeline (no run.json)."""
+    run_file = paths.checkpoints(mechanism) / "run.json"
+    if not run_file.exists():
+        return None
+    recorded = json.loads(run_file.read_text())
+    if not recorded.get("completed"):
+        raise CheckpointError(
+            f"{run_file}: the training run {recorded.get('run_id')} did not complete; "
+            "rerun the train stage before evaluating"
+        )
+    return recorded["run_id"]
+
+
 def register_model(run, paths: TaskPaths, mechanism: str, params: dict, ev: dict, metrics: dict, split: str) -> str:
     """Log the model as an MLflow pyfunc (raw text in, output text out) and register it as a new
     version of the task's model, tagged with its metrics and data hashes (compare picks the champion)."""
     task_name = paths.task
     prepare = params["prepare"][task_name]
     subword = paths.shards / "subword.model" if prepare.get("subword") else None
-    serving = ServingConfig.from_params(task_name, mechanism, prepare, ev)
+    serving = ServingConfig.from_params(task_name, mechanism, prepare, ev, params.get("serving"))
     example = None  # entity-anonymised input cannot be typed as raw text (raw_input refuses it)
     if prepare.get("reader") != "gigaword_pointers" or prepare.get("mode") != "entity":
         first_src = read_split(paths.split(split)).column("src")[0].as_py()
@@ -104,16 +119,15 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
     cfg = EvalConfig.from_dict({k: v for k, v in ev.items() if k != "heatmap"})
     paths = TaskPaths(task_name, project_root(params_path))
     device = resolve_device(cfg.device)
-    model, _ = load_checkpoint(paths.checkpoints(mechanism) / "model.pt", mechanism, device)
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
+    run_id = training_run(paths, mechanism)
+    model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, stamp=run_id)
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
     metrics = {split: evaluate_split(model, paths, mechanism, split, vocabs, cfg, device) for split in splits}
     write_json_atomic(paths.evaluation(mechanism) / "metrics.json", {**metrics, **skipped})
     plot = heatmap(model, paths, mechanism, ev.get("heatmap", {}), vocabs, cfg, device)
 
-    run_file = paths.checkpoints(mechanism) / "run.json"
-    run_id = json.loads(run_file.read_text())["run_id"] if run_file.exists() else None
     tracking = section(params, "tracking")
     with RunLogger(f"{tracking['experiment_prefix']}{task_name}", mechanism, run_id) as run:
         run.metrics(metrics)

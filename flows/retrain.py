@@ -29,6 +29,7 @@ schedule from params (needs a Prefect server, see docs/tracking.md); ``python -m
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -107,15 +108,22 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
     retry = {"retries": cfg.retries, "retry_delay_seconds": cfg.retry_delay_s}
     prefix = section(params, "tracking").get("registry_prefix") or ""  # registered model <prefix><task>
 
-    with retrain.run_lock(state_dir):
-        record: dict = {
-            "run": stamp,
-            "task": cfg.task,
-            "started": retrain.now_iso(),
-            "metric": spec.name,
-            "higher_is_better": spec.higher_is_better,
-            "margin": cfg.margin,
-        }
+    record: dict = {
+        "run": stamp,
+        "task": cfg.task,
+        "started": retrain.now_iso(),
+        "metric": spec.name,
+        "higher_is_better": spec.higher_is_better,
+        "margin": cfg.margin,
+    }
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(retrain.run_lock(state_dir))
+        except retrain.RunInProgress as err:  # an overlapping run: recorded, nothing else touched
+            record.update(decision="skipped", reason=str(err), finished=retrain.now_iso())
+            retrain.append_decision(state_dir / "decisions.jsonl", record)
+            print(f"retrain {cfg.task}: skipped: {err}")
+            return record
         try:
             record["refresh"] = refresh_data.with_options(**retry)(root, cfg)
             champion = retrain.current_champion(cfg.task, prefix)

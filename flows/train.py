@@ -32,7 +32,8 @@ from pipeline.train_job import TrainJob, worker_args
 
 def curve_csv(history: list[dict]) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(history[0]) if history else ["step"])
+    columns = list(dict.fromkeys(key for row in history for key in row)) or ["step"]  # every row's keys, in order
+    writer = csv.DictWriter(buf, fieldnames=columns)
     writer.writeheader()
     writer.writerows(history)
     return buf.getvalue()
@@ -89,6 +90,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
             history = json.loads((ckpt_dir / "history.json").read_text())
         else:
             history = job.run(
+                stamp=run.run_id,
                 on_validate=lambda row: run.metrics(row, step=row["step"]),
                 on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]}, step=row["step"]),
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,12 +11,11 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
-from models import build_model
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import dataclass_from_dict
 from pipeline.batching import batch_from_rows, row_lengths, token_batches
 from pipeline.extended_vocab import ext_ids_to_tokens
 from pipeline.metrics import exact_match_by_group, text_metrics
-from pipeline.search import beam_search, greedy
+from pipeline.search import beam_search, check_interrupt, greedy
 from pipeline.shards import atomic_path
 from pipeline.vocab import Vocab
 
@@ -54,14 +54,6 @@ class EvalConfig:
         return dict(self.split_metrics).get(split, self.metric)
 
 
-def load_checkpoint(path: Path, mechanism: str, device: torch.device):
-    """Rebuild a model from model.pt (weights + the config it was trained with)."""
-    ckpt = torch.load(path, map_location=device, weights_only=False)
-    model = build_model(mechanism, ModelConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
-    return model.to(device).eval(), ckpt
-
-
 def decode_table(
     model,
     table: pa.Table,
@@ -70,15 +62,30 @@ def decode_table(
     cfg: EvalConfig,
     device: torch.device,
     desc: str = "decode",
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
 ) -> list[dict]:
-    """Beam-search every row; returns prediction records in the table's row order."""
+    """Beam-search every row; returns prediction records in the table's row order. ``deadline`` (a
+    ``time.monotonic()`` value) / ``stop`` (an event): checked before every batch and decoding step,
+    :class:`pipeline.search.DecodeTimeout` / :class:`pipeline.search.DecodeCancelled` when hit."""
     extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
     records: list[dict | None] = [None] * table.num_rows
     batches = token_batches(*row_lengths(table), cfg.batch_size)
     for rows in tqdm(batches, desc=desc, unit="batch", disable=None, leave=False):
         rows = rows.tolist()
+        check_interrupt(deadline, stop)
         batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, extra_cols, cfg.max_src_len).to(device)
-        nbest = beam_search(model, batch, cfg.beam_size, cfg.max_len, cfg.min_len, cfg.length_penalty, cfg.block_ngram)
+        nbest = beam_search(
+            model,
+            batch,
+            cfg.beam_size,
+            cfg.max_len,
+            cfg.min_len,
+            cfg.length_penalty,
+            cfg.block_ngram,
+            deadline=deadline,
+            stop=stop,
+        )
         for i, row in enumerate(rows):
             outs = [ext_ids_to_tokens(h.ids, batch.oovs[i], tgt_vocab) for h in nbest[i]]
             rec = {

@@ -341,20 +341,29 @@ def freeze_test(root: Path, task_name: str, split: str, pinned_sha: str | None) 
 
 
 def append_decision(path: Path, record: dict) -> None:
-    """Append one JSON line; the file is rewritten atomically (old lines + the new one)."""
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    write_text_atomic(path, old + json.dumps(record, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    """Append one JSON line; the file is rewritten atomically (old lines + the new one), under a lock
+    of its own, so a run that is turned away (another holds the run lock) can still record it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".decisions.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held for one read-and-rename only
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        write_text_atomic(path, old + json.dumps(record, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+
+
+class RunInProgress(RuntimeError):
+    """Another retrain run of the task holds its lock."""
 
 
 @contextmanager
 def run_lock(state_dir: Path) -> Iterator[None]:
-    """One retrain run per task at a time (a served schedule and a manual run may overlap)."""
+    """One retrain run per task at a time (a served schedule and a manual run may overlap);
+    RunInProgress when another run holds it."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(state_dir / ".lock", "w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another retrain run holds {state_dir / '.lock'}; try again later") from None
+            raise RunInProgress(f"another retrain run holds {state_dir / '.lock'}; this one did nothing") from None
         try:
             yield
         finally:
@@ -404,7 +413,9 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
         write_json_atomic(run_file, {"run_id": run.run_id})
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg)})
-        history = job.run(on_validate=lambda row: run.metrics(row, step=row["step"]), checkpoints=ckpt_dir)
+        history = job.run(
+            on_validate=lambda row: run.metrics(row, step=row["step"]), checkpoints=ckpt_dir, stamp=run.run_id
+        )
     if not (ckpt_dir / "model.pt").exists():
         raise RuntimeError(f"training {mechanism} wrote no {ckpt_dir / 'model.pt'} (train.epochs = {train_cfg.epochs})")
     return {
@@ -422,20 +433,16 @@ def score_checkpoint(
     checkpoint: Path, vocab_dir: Path, mechanism: str, test_dir: Path, split: str, eval_settings: dict, desc: str
 ) -> dict:
     """Decode ``test_dir`` with beam search (``pipeline.evaluate``) and score it: the split's metrics."""
-    from pipeline.evaluate import (
-        EvalConfig,
-        decode_table,
-        load_checkpoint,
-        score_records,
-    )
+    from pipeline.checkpoints import load_model
+    from pipeline.evaluate import EvalConfig, decode_table, score_records
     from pipeline.train import first_rows, resolve_device
     from pipeline.vocab import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in eval_settings.items() if k != "heatmap"})
     device = resolve_device(cfg.device)
-    model, _ = load_checkpoint(checkpoint, mechanism, device)
-    table = first_rows(read_split(test_dir), cfg.max_examples)  # as the evaluate stage scores it
     vocabs = (Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab"))
+    model, _ = load_model(checkpoint, mechanism, device, vocabs)
+    table = first_rows(read_split(test_dir), cfg.max_examples)  # as the evaluate stage scores it
     records = decode_table(model, table, *vocabs, cfg, device, desc=desc)
     return score_records(records, cfg, split)
 
@@ -509,6 +516,7 @@ def register_challenger(task_name: str, trained: dict, params: dict, tags: dict,
         trained["mechanism"],
         prepare,
         section(params, "evaluate"),
+        params.get("serving"),
         extra={"run_id": trained["run_id"], f"{TAG}run": tags[f"{TAG}run"]},
     )
     subword = trained["vocab"] / "subword.model"

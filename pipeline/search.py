@@ -4,11 +4,16 @@ Both drive ``model.encode(batch)`` and ``model.step(state, prev_ids) -> (log_pro
 Beam search keeps finished hypotheses in the beam (a finished row may only extend with <pad>
 at cost 0), so with a beam as wide as the number of prefixes it is exhaustive: the tests check
 it against brute-force enumeration. Options: min/max length, GNMT length penalty for the final
-ranking, n-gram blocking.
+ranking, n-gram blocking. ``deadline`` (a ``time.monotonic()`` value) and ``stop`` (an event) are
+checked before every decoding step: past the deadline the search raises :class:`DecodeTimeout`,
+once ``stop`` is set :class:`DecodeCancelled` (a server that is told to stop, a client gone).
+Neither given, the search runs as before.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +28,29 @@ class Hypothesis:
     score: float  # sum of log-probabilities (before any length penalty)
     rank_score: float  # score used for ranking (length-penalised when asked)
     trace: dict | None = None  # per-step copy/attention weights when asked (greedy only)
+
+
+class DecodeInterrupted(RuntimeError):
+    """Decoding stopped before it finished; nothing of it is returned."""
+
+
+class DecodeTimeout(DecodeInterrupted, TimeoutError):
+    """The decoding deadline passed (a request that took too long)."""
+
+
+class DecodeCancelled(DecodeInterrupted):
+    """The stop event was set (e.g. the server is shutting down)."""
+
+
+def check_interrupt(deadline: float | None = None, stop: threading.Event | None = None, step: int = 0) -> None:
+    """Raise :class:`DecodeCancelled` when ``stop`` is set, :class:`DecodeTimeout` when
+    ``time.monotonic()`` is past ``deadline``; ``step`` (the decoding step) goes into the message."""
+    if stop is not None and stop.is_set():
+        raise DecodeCancelled(f"decoding cancelled at step {step}")
+    if deadline is not None:
+        late = time.monotonic() - deadline
+        if late > 0:
+            raise DecodeTimeout(f"decoding deadline passed {late:.2f} s ago, at step {step}")
 
 
 def reorder_state(state: dict, index: torch.Tensor, skip: frozenset[str] = frozenset()) -> dict:
@@ -56,8 +84,12 @@ def beam_search(
     min_len: int = 0,
     length_penalty: float = 0.0,
     block_ngram: int = 0,
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
 ) -> list[list[Hypothesis]]:
-    """Top ``beam_size`` hypotheses per example, best first. All examples decode at once."""
+    """Top ``beam_size`` hypotheses per example, best first. All examples decode at once.
+    ``deadline``/``stop``: see the module docstring (checked before the encoder and each step)."""
+    check_interrupt(deadline, stop)
     device = batch.src.device
     bsz, k = batch.size, beam_size
     state = reorder_state(model.encode(batch), torch.arange(bsz, device=device).repeat_interleave(k))
@@ -72,6 +104,7 @@ def beam_search(
     base = (torch.arange(bsz, device=device) * k).unsqueeze(1)  # (B, 1)
 
     for t in range(max_len):
+        check_interrupt(deadline, stop, t)
         log_probs, state = model.step(state, prev)  # (B*K, V+X)
         log_probs = log_probs.float()
         if t < min_len:
@@ -111,15 +144,25 @@ def beam_search(
 
 
 @torch.no_grad()
-def greedy(model, batch, max_len: int = 50, trace_keys: tuple[str, ...] = ()) -> list[Hypothesis]:
-    """Argmax decoding; ``trace_keys`` records state tensors per step (e.g. 'copy_logp', 'attn')."""
+def greedy(
+    model,
+    batch,
+    max_len: int = 50,
+    trace_keys: tuple[str, ...] = (),
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+) -> list[Hypothesis]:
+    """Argmax decoding; ``trace_keys`` records state tensors per step (e.g. 'copy_logp', 'attn');
+    ``deadline``/``stop`` as for :func:`beam_search`."""
+    check_interrupt(deadline, stop)
     device = batch.src.device
     state = model.encode(batch)
     prev = torch.full((batch.size,), BOS, dtype=torch.long, device=device)
     finished = torch.zeros(batch.size, dtype=torch.bool, device=device)
     scores = torch.zeros(batch.size, device=device)
     steps, traces = [], {key: [] for key in trace_keys}
-    for _ in range(max_len):
+    for t in range(max_len):
+        check_interrupt(deadline, stop, t)
         log_probs, state = model.step(state, prev)
         best_lp, token = log_probs.float().max(dim=1)
         token = token.masked_fill(finished, PAD)

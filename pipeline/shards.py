@@ -12,14 +12,22 @@ A *split* is a directory holding
 :class:`ShardWriter` builds the whole split in a hidden sibling temporary
 directory and only swaps it into place when :meth:`ShardWriter.close`
 succeeds, so readers never observe a half-written split, and a failed run
-leaves a previously written split untouched.
+leaves a previously written split untouched. A writer holds an exclusive
+``flock`` on its temporary directory while it lives; a process killed mid-write
+(SIGKILL, power loss) cannot remove its directory, so every new writer first
+removes the siblings of its own split that a dead writer left: temporary
+directories ``.<split>.tmp-XXXXXXXX`` whose lock nobody holds, and
+``.<split>.old-XXXXXXXX`` directories of an interrupted swap once ``<split>``
+exists again. Nothing else in the folder is touched.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -59,6 +67,10 @@ def make_schema(extra: Iterable[pa.Field] = ()) -> pa.Schema:
 # --------------------------------------------------------------------------- #
 
 
+UMASK = os.umask(0o022)  # the process's umask (read by setting it, then restored on the next line)
+os.umask(UMASK)
+
+
 @contextmanager
 def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temp path in ``path``'s directory; on success it is renamed onto ``path``.
@@ -72,6 +84,7 @@ def atomic_path(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~UMASK)  # mkstemp makes it 0600: give the file the mode open() would
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -117,6 +130,99 @@ def _part_name(index: int) -> str:
     return f"part-{index:05d}.arrow"
 
 
+class _DirLock:
+    """An exclusive ``flock`` on a directory, held until :meth:`release` (or the process dies:
+    the kernel drops the lock of a killed process, which is how a dead writer is recognised)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def try_acquire(cls, path: Path, blocking: bool = False) -> _DirLock | None:
+        """The lock on ``path``; None if another process holds it, ``path`` is gone, or the file
+        system has no ``flock`` (then no directory counts as dead). ``blocking``: wait for a
+        holder to let go, and on a file system without ``flock`` return an unlocked handle."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError:  # ENOLCK, EOPNOTSUPP ...: locks unsupported here
+            if blocking:
+                return cls(fd)
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd)
+
+    def same_inode(self, path: Path) -> bool:
+        """Whether ``path`` is still the directory this lock was taken on."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        own = os.fstat(self._fd)
+        return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+    def release(self) -> None:
+        """Unlock (explicitly: a forked worker may hold a copy of the descriptor) and close."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+
+def _temp_name_patterns(split_name: str) -> tuple[re.Pattern, re.Pattern]:
+    """What a writer of ``split_name`` names its temporary (``tempfile.mkdtemp``: 8 characters of
+    ``[a-z0-9_]``) and its swapped-out old directories (8 hex digits)."""
+    stem = re.escape(f".{split_name}.")
+    return re.compile(stem + r"tmp-[a-z0-9_]{8}"), re.compile(stem + r"old-[0-9a-f]{8}")
+
+
+def remove_stale_temp_dirs(out_dir: str | Path) -> list[Path]:
+    """Remove what dead writers of ``out_dir`` left beside it; return the removed paths.
+
+    A sibling ``.<split>.tmp-XXXXXXXX`` directory is removed only if its lock can be taken (no
+    live writer holds it); a ``.<split>.old-XXXXXXXX`` directory only if ``out_dir`` exists (the
+    interrupted swap's new split is in place; without it the old directory holds the last
+    published split and is left alone). Other entries, and other splits' directories, are never
+    touched.
+    """
+    out_dir = Path(out_dir)
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    tmp_pattern, old_pattern = _temp_name_patterns(out_dir.name)
+    removed = []
+    for path in sorted(parent.iterdir()):
+        if path.is_symlink() or not path.is_dir():
+            continue
+        if tmp_pattern.fullmatch(path.name):
+            lock = _DirLock.try_acquire(path)
+            if lock is None:
+                continue  # a live writer's directory
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+            finally:
+                lock.release()
+        elif old_pattern.fullmatch(path.name) and out_dir.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            continue
+        removed.append(path)
+    return removed
+
+
 class ShardWriter:
     """Write one split atomically; use as a context manager.
 
@@ -128,6 +234,12 @@ class ShardWriter:
     split); leaving it with an exception calls :meth:`abort` (which removes the
     temporary directory and leaves any existing ``out_dir`` as it was). A writer
     that is garbage-collected without being closed is aborted as well.
+    :meth:`close` is :meth:`finish` (write everything and the manifest into the
+    temporary directory) then :meth:`publish` (the swap); a caller writing several
+    splits can finish them all before publishing any.
+
+    A new writer first removes the temporary directories that dead writers of the
+    same split left (:func:`remove_stale_temp_dirs`).
     """
 
     def __init__(
@@ -150,13 +262,32 @@ class ShardWriter:
         self._reasons: Counter[str] = Counter()
         self.stats: dict[str, int | float] = {}  # reader counters, written to the manifest
         self._manifest: dict | None = None
-        self._closed = False
+        self._closed = False  # published or aborted
+        self._published = False
 
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp_dir = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
-        self._quarantine_fh = open(self._tmp_dir / QUARANTINE_NAME, "w", encoding="utf-8")
+        self.removed_stale = remove_stale_temp_dirs(self.out_dir)
+        self._tmp_dir, self._lock = self._locked_temp_dir()
+        try:
+            self._quarantine_fh = open(self._tmp_dir / QUARANTINE_NAME, "w", encoding="utf-8")
+        except BaseException:
+            _discard(None, self._tmp_dir, self._lock)
+            raise
         # Safety net: remove the temp dir if the writer is dropped without close/abort.
-        self._finalizer = weakref.finalize(self, _discard, self._quarantine_fh, self._tmp_dir)
+        self._finalizer = weakref.finalize(self, _discard, self._quarantine_fh, self._tmp_dir, self._lock)
+
+    def _locked_temp_dir(self) -> tuple[Path, _DirLock]:
+        """A new temporary directory beside ``out_dir``, locked by this writer. Another writer's
+        clean-up may take the lock between ``mkdtemp`` and ours and remove the directory; then
+        the lock we get is on a deleted directory, and we try again."""
+        for _ in range(10):
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+            lock = _DirLock.try_acquire(tmp, blocking=True)
+            if lock is not None and lock.same_inode(tmp):
+                return tmp, lock
+            if lock is not None:
+                lock.release()
+        raise RuntimeError(f"could not create a temporary directory for {self.out_dir} (removed by other writers)")
 
     # -- context manager -------------------------------------------------- #
 
@@ -222,6 +353,28 @@ class ShardWriter:
         Calling it again returns the same manifest. If anything fails, the
         writer is aborted and the exception propagates.
         """
+        return self.publish()
+
+    def publish(self) -> dict:
+        """:meth:`finish` if not done yet, then swap the split into ``out_dir``; return the manifest."""
+        if self._published:
+            return self._manifest
+        manifest = self.finish()
+        self._check_not_aborted()
+        try:
+            self._publish()
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = self._published = True
+        self._finalizer.detach()
+        self._lock.release()
+        return manifest
+
+    def finish(self) -> dict:
+        """Flush and write the manifest into the temporary directory (not published yet: see
+        :meth:`publish`, or :meth:`abort` to discard it); return the manifest. No more rows or
+        quarantine records are accepted afterwards."""
         if self._manifest is not None:
             return self._manifest
         self._check_open()
@@ -251,26 +404,28 @@ class ShardWriter:
             assert manifest["rows_in"] == manifest["rows"] + manifest["rows_quarantined"]
             assert sum(p["rows"] for p in self._parts) == manifest["rows"]
             write_json_atomic(self._tmp_dir / MANIFEST_NAME, manifest)
-            self._publish()
         except BaseException:
             self.abort()
             raise
-        self._closed = True
-        self._finalizer.detach()
         self._manifest = manifest
         return manifest
 
     def abort(self) -> None:
-        """Discard everything written so far; ``out_dir`` is left as it was."""
+        """Discard everything written so far; ``out_dir`` is left as it was (a no-op once published)."""
         self._closed = True
         self._buffer = []
-        self._finalizer()  # closes the quarantine file and removes the temp dir (once)
+        self._finalizer()  # closes the quarantine file, removes the temp dir, drops the lock (once)
 
     # -- internals -------------------------------------------------------- #
 
-    def _check_open(self) -> None:
+    def _check_not_aborted(self) -> None:
         if self._closed:
             raise RuntimeError(f"ShardWriter for {self.out_dir} is already closed or aborted")
+
+    def _check_open(self) -> None:
+        self._check_not_aborted()
+        if self._manifest is not None:
+            raise RuntimeError(f"ShardWriter for {self.out_dir} is finished: no more rows")
 
     def _write_part(self, rows: list[dict]) -> None:
         self._write_arrow(pa.Table.from_pylist(rows, schema=self.schema))
@@ -298,6 +453,7 @@ class ShardWriter:
             old = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
             os.replace(self.out_dir, old)
         try:
+            os.chmod(self._tmp_dir, 0o777 & ~UMASK)  # mkdtemp makes it 0700: the mode mkdir would give
             os.replace(self._tmp_dir, self.out_dir)
         except BaseException:
             if old is not None:
@@ -307,12 +463,16 @@ class ShardWriter:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _discard(fh, tmp_dir: Path) -> None:
-    """Close the quarantine handle and remove a writer's temp dir (finalizer body)."""
+def _discard(fh, tmp_dir: Path, lock: _DirLock) -> None:
+    """Close the quarantine handle, remove a writer's temp dir, drop its lock (finalizer body)."""
     try:
-        fh.close()
+        if fh is not None:
+            fh.close()
     finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        try:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        finally:
+            lock.release()
 
 
 # --------------------------------------------------------------------------- #

@@ -116,6 +116,10 @@ class NonFiniteLoss(RuntimeError):
     """Training produced a NaN or infinite loss or gradient; nothing of that step was saved."""
 
 
+class NoImprovement(RuntimeError):
+    """No validation beat the untrained model's: the run produced no usable model."""
+
+
 def resolve_device(name: str, ctx: DistContext = ONE_PROCESS) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -256,7 +260,7 @@ class Progress:
     step: int = 0  # optimizer steps done
     loss_sum: float = 0.0  # objective summed over target tokens since the last validation (all ranks)
     tokens: int = 0  # target tokens since the last validation (all ranks)
-    best: float = math.inf  # best validation loss (model.pt)
+    best: float = math.inf  # best validation loss (model.pt); history[0] is the untrained model's
     completed: bool = False
     history: list[dict] = field(default_factory=list)
 
@@ -274,9 +278,13 @@ def train(
     progress: bool | None = None,
     ctx: DistContext = ONE_PROCESS,
     source_vocab: Vocab | None = None,
+    model_info: dict | None = None,
 ) -> list[dict]:
-    """Train; returns the learning curve (one dict per validation). ``source_vocab``: pass it for a
-    model that reads source words (Read-Again's sentence ends)."""
+    """Train; returns the learning curve (one dict per validation, the first at step 0: the untrained
+    model). ``source_vocab``: pass it for a model that reads source words (Read-Again's sentence
+    ends). ``model_info``: what model.pt records besides weights and config (pipeline.checkpoints:
+    mechanism, vocabularies, the training run's stamp). Raises ``NonFiniteLoss`` on a NaN/inf loss
+    and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
     ckpt_dir = Path(ckpt_dir)
     device = resolve_device(cfg.device, ctx)
     if cfg.threads:
@@ -296,17 +304,18 @@ def train(
         for stale in ckpt_dir.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
     ckpt = _load_resumable(last, device)
-    if ckpt is not None:
-        if ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]:
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-            schedule.load_state_dict(ckpt["schedule"])
-            stopper.load_state_dict(ckpt["early_stopping"])
-            prog = Progress(**ckpt["progress"])
-            if ctx.is_main:
-                print(
-                    f"resuming from {last} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}", file=sys.stderr
-                )
+    resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
+    if not resumed and ctx.is_main:  # a fresh run: no output of a previous run may stay behind as its own
+        for name in ("model.pt", "history.json"):
+            (ckpt_dir / name).unlink(missing_ok=True)
+    if resumed:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        schedule.load_state_dict(ckpt["schedule"])
+        stopper.load_state_dict(ckpt["early_stopping"])
+        prog = Progress(**ckpt["progress"])
+        if ctx.is_main:
+            print(f"resuming from {last} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}", file=sys.stderr)
 
     def checkpoint() -> None:
         if ctx.is_main:
@@ -325,8 +334,8 @@ def train(
     def validate(seconds: float) -> None:
         row = {
             "step": prog.step,
-            "epoch": prog.epoch,
-            "train_loss": prog.loss_sum / max(prog.tokens, 1),
+            "epoch": prog.epoch if prog.step else 0,
+            "train_loss": prog.loss_sum / prog.tokens if prog.tokens else None,
             "lr": optimizer.param_groups[0]["lr"],
             "tokens_per_s": prog.tokens / max(seconds, 1e-9),
             "processes": ctx.world,
@@ -347,6 +356,7 @@ def train(
                     {
                         "model": model.state_dict(),
                         "model_config": model_config,
+                        **(model_info or {}),
                         "step": prog.step,
                         "epoch": prog.epoch,
                         "valid_loss": prog.best,
@@ -357,9 +367,10 @@ def train(
         stopper.observe(row["valid_loss"])
         if ctx.is_main:
             write_json_atomic(ckpt_dir / "history.json", prog.history)
+            trained = f"train_loss {row['train_loss']:.4f} " if row["train_loss"] is not None else "(untrained) "
             print(
-                f"step {prog.step} (epoch {prog.epoch}): train_loss {row['train_loss']:.4f} valid_loss "
-                f"{row['valid_loss']:.4f} lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)",
+                f"step {prog.step} (epoch {row['epoch']}): {trained}valid_loss {row['valid_loss']:.4f} "
+                f"lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)",
                 file=sys.stderr,
             )
             if on_validate is not None:
@@ -370,6 +381,8 @@ def train(
 
     rows = row_range(train_split, cfg.max_train_examples)
     lengths = train_split.lengths()
+    if not prog.history:  # the untrained model's validation loss: the baseline training must beat
+        validate(0.0)
     model.train()
     clock = last_ckpt = time.perf_counter()
     while prog.epoch <= cfg.epochs and not finished():
@@ -418,6 +431,15 @@ def train(
         validate(time.perf_counter() - clock)
     prog.completed = True
     checkpoint()
+    initial = prog.history[0]["valid_loss"]
+    if not prog.best < initial:
+        if ctx.is_main:
+            (ckpt_dir / "model.pt").unlink(missing_ok=True)
+        raise NoImprovement(
+            f"training did not improve on the untrained model's validation loss {initial:.4f} (best "
+            f"{prog.best:.4f} after {prog.step} steps); model.pt removed, so this run's model cannot be "
+            "evaluated or registered. Check train.lr (too high diverges, too low stalls), the data and the epochs."
+        )
     return prog.history
 
 

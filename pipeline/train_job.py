@@ -19,6 +19,7 @@ from pathlib import Path
 
 from models.config import ModelConfig
 from models.param_count import output_layer_parameters
+from pipeline.checkpoints import vocab_identity
 from pipeline.distributed import ONE_PROCESS, DistContext, init_from_env, shutdown
 from pipeline.encoded import EncodedSplit
 from pipeline.params import load_params, project_root, section
@@ -75,8 +76,10 @@ class TrainJob:
         on_validate: Callable[[dict], None] | None = None,
         on_step: Callable[[dict], None] | None = None,
         checkpoints: Path | None = None,
+        stamp: str = "",
     ) -> list[dict]:
-        """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>)."""
+        """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>);
+        ``stamp``: the training run's identity recorded in model.pt (the train stage's MLflow run id)."""
         model, _ = self.build_model()
         source = self.src_vocab if _needs_source_words(self.mechanism, self.model_cfg) else None
         return train(
@@ -91,6 +94,11 @@ class TrainJob:
             on_step=on_step,
             ctx=ctx,
             source_vocab=source,
+            model_info={
+                "mechanism": self.mechanism,
+                "vocab": {"src": vocab_identity(self.src_vocab), "tgt": vocab_identity(self.tgt_vocab)},
+                "stamp": stamp,
+            },
         )
 
 
@@ -100,7 +108,7 @@ def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | Non
     if params_path:
         args += ["--params", str(Path(params_path).resolve())]
     if mlflow_run_id:
-        args += ["--mlflow-run-id", mlflow_run_id]
+        args += ["--mlflow-run-id", mlflow_run_id, "--stamp", mlflow_run_id]
     return args
 
 
@@ -110,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mechanism", required=True)
     parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
     parser.add_argument("--mlflow-run-id", default=None, help="rank 0 logs the learning curve to this run")
+    parser.add_argument("--stamp", default="", help="the training run's identity, recorded in model.pt")
     args = parser.parse_args(argv)
     params = effective_params(load_params(args.params), args.task)
     job = TrainJob(TaskPaths(args.task, project_root(args.params)), args.mechanism, params)
@@ -122,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         on_validate = lambda row: log(row, row["step"])  # noqa: E731
         on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
     try:
-        job.run(ctx, on_validate, on_step)
+        job.run(ctx, on_validate, on_step, stamp=args.stamp)
     finally:
         shutdown(ctx)
 

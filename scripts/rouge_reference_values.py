@@ -60,6 +60,8 @@ RUNS = [
     ("duc.b75", "duc.json", "-c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a -b 75 -m", False),
     ("duc.full", "duc.json", "-c 95 -2 4 -U -r 1000 -n 4 -w 1.2 -a -m", False),
     ("duc.b75_best", "duc.json", "-c 95 -r 1000 -n 2 -a -b 75 -m -f B", False),
+    # NIST model files begin with a space, which -b 75 counts (the duc reader keeps refs_raw as written)
+    ("duc_space.b75", "duc_space.json", "-c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a -b 75 -m", False),
     ("multisent.b75", "multisent.json", "-c 95 -r 1000 -n 2 -a -b 75 -m", False),
     ("multisent.full", "multisent.json", "-c 95 -r 1000 -n 2 -a -m", False),
     ("lcsts.chars", "lcsts.json", "-c 95 -r 1000 -n 2 -p 0.5 -t 0", True),

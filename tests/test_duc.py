@@ -142,6 +142,52 @@ def test_absurdly_long_lead_is_quarantined(tmp_path):
     assert manifest["quarantine_reasons"] == {"no_references": 1, "src_too_long": 1}  # the 32-token lead
 
 
+ROUGE_FX = Path(__file__).resolve().parent / "fixtures" / "rouge"
+
+
+def test_references_kept_as_written_for_the_75_byte_rouge(tmp_path):
+    """NIST model files begin with a space that ROUGE-1.5.5 -b 75 counts: refs_raw keeps it (and
+    inner double spaces, a leading tab), so the metric equals the official script. Collapsing the
+    whitespace (the old reader) gave a higher recall, as it did on DUC 2004."""
+    import json
+
+    from pipeline.metrics import rouge_recall_75
+
+    manifest = duc.write_splits(config(FIXTURES / "space"), tmp_path)["test"]
+    assert (manifest["rows"], manifest["rows_quarantined"], manifest["stats"]["refs"]) == (3, 0, 12)
+    rows = read_split(tmp_path / "test").to_pylist()
+    fx = json.loads((ROUGE_FX / "duc_space.json").read_text(encoding="utf-8"))
+    assert [r["refs_raw"] for r in rows] == fx["refs"]  # byte for byte, only the newline gone
+    assert rows[0]["refs_raw"][0] == (
+        " Hun Sen turns down call for talks outside Cambodia, snubbing the opposition leaders"
+    )
+    assert rows[1]["refs_raw"][3].startswith("\tSihanouk") and "rivals  at  Siem" in rows[1]["refs_raw"][1]
+    assert rows[0]["refs"][3] == ["hun", "sen", "refuses", "talks", "abroad", "with", "opposition"]  # tokens as before
+    hyps = [" ".join(r["src"]) for r in rows]  # the lead baseline
+    assert hyps == fx["hyps"]
+
+    # ROUGE-1.5.5.pl -c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a -b 75 -m (expected/duc_space.b75.json):
+    # the mean of its per-summary recalls, in percent
+    official = json.loads((ROUGE_FX / "expected" / "duc_space.b75.json").read_text())["per_summary"]
+    got = rouge_recall_75(hyps, [r["refs"] for r in rows], None, [r["refs_raw"] for r in rows])
+    for ours, theirs, value in (
+        ("rouge1", "ROUGE-1", 28.88433),
+        ("rouge2", "ROUGE-2", 8.56733),
+        ("rougeL", "ROUGE-L", 24.40733),
+    ):
+        mean = 100 * sum(r[0] for r in official[theirs]) / 3
+        assert got[ours] == pytest.approx(mean, abs=1e-9) and round(got[ours], 5) == value
+    collapsed = [[" ".join(t.split()) for t in r["refs_raw"]] for r in rows]
+    old = rouge_recall_75(hyps, None, None, collapsed)
+    diffs = [round(old[k] - got[k], 5) for k in ("rouge1", "rouge2", "rougeL")]
+    assert diffs == [2.18633, 1.564, 1.429]  # the old reader's error on this fixture (DUC 2004: +3.7/+2.0/+1.4)
+
+
+def test_reference_as_written():
+    assert duc.reference_as_written(b"\xef\xbb\xbf Two  spaces \r\nsecond line\r\n\n") == " Two  spaces \nsecond line"
+    assert duc.reference_as_written(b" one line") == " one line"
+
+
 def test_shared_duc2003(tmp_path):
     root = shared_path("duc2003_task1", "duc2003")
     cfg = duc.Config(

@@ -207,7 +207,7 @@ def test_mismatched_line_counts_name_the_shorter_file(copy_root, tmp_path):
 
 def test_absurdly_long_line_is_quarantined(tmp_path):
     manifests = E.write_splits(fixture_config(max_line_chars=120), tmp_path)
-    assert manifests["train"]["quarantine_reasons"]["src_too_long"] == 1  # Europarl line 6: 123 characters
+    assert manifests["train"]["quarantine_reasons"]["line_too_long"] == 1  # Europarl line 6: 123 characters
     assert "longer_than_max_len" not in manifests["train"]["quarantine_reasons"]
 
 

@@ -33,7 +33,7 @@ def test_all_flows_end_to_end(harness, tiny_project):
         ckpt = tiny_project / f"data/checkpoints/copy_rules/{mech}"
         assert (ckpt / "model.pt").exists() and (ckpt / "last.pt").exists()
         curve = (tiny_project / f"data/plots/learning_curves/copy_rules/{mech}.csv").read_text().splitlines()
-        assert curve[0].startswith("step,epoch,") and len(curve) == 3
+        assert curve[0].startswith("step,epoch,") and len(curve) == 4  # header, step 0, 2 epochs
 
         metrics = evaluate_flow("copy_rules", mech, params)
         on_disk = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())

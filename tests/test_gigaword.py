@@ -111,6 +111,35 @@ def test_rush_crlf_and_bom(tmp_path):
     assert got[1]["tgt"] == ["second", "<unk>"]
 
 
+def test_rush_absurd_lines_nul_and_gzip(tmp_path):
+    """The tester's inputs: a 5 MiB line without spaces (was one 5,242,880-character token in the
+    train shard), NUL bytes (passed into the shard), a gzipped file beside a plain one (was
+    "files differ in length"), a truncated .gz (was a bare EOFError)."""
+    article = [
+        b"police arrested ten people in the capital .",
+        b"x" * (5 << 20),
+        b"fine words ye" + b"s" * 600 + b" .",
+        b"nul \x00 here .",
+    ]
+    (tmp_path / "a.txt").write_bytes(b"\n".join(article) + b"\n")
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress(b"police arrest ten\nhuge\nlong token\nnul\n"))
+    cfg = g.Config(train_src_file=str(tmp_path / "a.txt"), train_tgt_file=str(tmp_path / "t.txt.gz"))
+    manifest = g.write_splits(cfg, tmp_path / "out")["train"]
+    assert (manifest["rows"], manifest["rows_in"]) == (1, 4)
+    assert manifest["quarantine_reasons"] == {"line_too_long": 1, "nul_byte": 1, "token_too_long": 1}
+    records = {q["reason"]: q["record"] for q in quarantine(tmp_path / "out" / "train")}
+    assert records["line_too_long"]["where"] == "a.txt:2" and records["line_too_long"]["record"]["chars"] == 5 << 20
+    assert records["token_too_long"]["where"] == "a.txt:3" and records["token_too_long"]["record"]["token_chars"] == 602
+    assert records["nul_byte"]["where"] == "a.txt:4" and records["nul_byte"]["record"]["char_offset"] == 4
+    assert split_rows(tmp_path / "out" / "train")[0]["tgt"] == ["police", "arrest", "ten"]
+
+    data = (tmp_path / "t.txt.gz").read_bytes()
+    (tmp_path / "t.txt.gz").write_bytes(data[:20])
+    with pytest.raises(CorpusFormatError, match=r"t\.txt\.gz:1: truncated or corrupt gzip data \(EOFError"):
+        g.write_splits(cfg, tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="format must be one of"):
         g.Config(format="xml")

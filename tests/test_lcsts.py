@@ -238,6 +238,25 @@ def test_absurdly_long_text_is_quarantined(tmp_path):
     assert relaxed["test"]["rows"] == 2
 
 
+def test_word_view_token_limit_applies_to_jieba_words_and_line_limit_to_raw_lines(tmp_path):
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text(
+        "北京abcdefghijklmnop明日有雨\t北京市气象台发布预报。\n北京明日有雨\t明日白天有中到大雨。\n", encoding="utf-8"
+    )
+    cfg = config(test_file=str(tsv), view="word", cache_dir=None, max_token_chars=10)
+    m = lcsts.write_splits(cfg, tmp_path / "w")["test"]
+    assert (m["rows"], m["quarantine_reasons"]) == (1, {"token_too_long": 1})  # jieba keeps the 16 letters whole
+    (q,) = quarantine(tmp_path / "w" / "test")
+    assert q["record"]["where"] == "t.tsv:1"
+    assert q["record"]["record"]["token_chars"] == 16 and q["record"]["record"]["token_head"] == "abcdefghijklmnop"
+    # the char view makes 1-character tokens, and a Chinese line is no whitespace token: kept
+    assert lcsts.write_splits(config(test_file=str(tsv), max_token_chars=10), tmp_path / "c")["test"]["rows"] == 2
+    m = lcsts.write_splits(config(test_file=str(tsv), max_line_chars=20), tmp_path / "l")["test"]
+    assert (m["rows"], m["quarantine_reasons"]) == (1, {"line_too_long": 1})
+    (q,) = quarantine(tmp_path / "l" / "test")
+    assert (q["record"]["where"], q["record"]["record"]["chars"]) == ("t.tsv:1", 34)  # line 2 has 17
+
+
 # --------------------------------------------------------------------------- #
 # Config
 # --------------------------------------------------------------------------- #

@@ -28,6 +28,7 @@ from pipeline.text.pointers import (
     unk_pointers,
 )
 from tests.conftest import quarantine, rows_by_id, shared_path
+from tests.corpus_helpers import StubTagger
 
 T, F = True, False
 
@@ -185,13 +186,6 @@ def test_truecase_all_caps_headline():
     )
 
 
-class StubTagger:
-    """A picklable test tagger: capitalised words are PERSON, the rest O."""
-
-    def __call__(self, batch):
-        return [["PERSON" if w[:1].isupper() else "O" for w in words] for words in batch]
-
-
 def test_tagger_stub_and_label_alignment_check():
     batch = [["Qian", "met", "Obuchi"], []]
     labels = StubTagger()(batch)
@@ -270,7 +264,7 @@ def test_sgml_entity_pointers_with_spacy(tmp_path):
 # --------------------------------------------------------------------------- #
 
 from pipeline.corpora import gigaword_pointers as gp  # noqa: E402
-from pipeline.corpora.common import CorpusFormatError  # noqa: E402
+from pipeline.corpora.common import CorpusFormatError, EmptySplitError  # noqa: E402
 from pipeline.shards import read_split  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gigaword_pointers"
@@ -421,9 +415,22 @@ def test_sgml_bad_input(tmp_path):
         cfg = gp.Config.from_dict(
             {"mode": mode, "sgml_files": [str(FIXTURES / "bad_utf8.sgml")], "valid_fraction": 0.0, "test_fraction": 0.0}
         )
+        # its only document is quarantined: an empty train split is an error naming the file
+        bad = FIXTURES / "bad_utf8.sgml"
+        with pytest.raises(EmptySplitError, match=r"its only record was quarantined \(invalid_utf8 1\)") as err:
+            gp.write_splits(cfg, tmp_path / mode, tagger=StubTagger())
+        assert err.value.paths == [str(bad)] and f"first: {bad}:1 (invalid_utf8)" in str(err.value)
+        assert not (tmp_path / mode).exists()
+        cfg = gp.Config.from_dict(
+            {
+                "mode": mode,
+                "sgml_files": [str(bad), str(FIXTURES / "train.sgml")],
+                "valid_fraction": 0.0,
+                "test_fraction": 0.0,
+            }
+        )
         manifests = gp.write_splits(cfg, tmp_path / mode, tagger=StubTagger())
-        assert manifests["train"]["rows"] == 0
-        assert manifests["train"]["quarantine_reasons"] == {"invalid_utf8": 1}
+        assert manifests["train"]["quarantine_reasons"]["invalid_utf8"] == 1
         cfg = gp.Config.from_dict({"mode": mode, "sgml_files": [str(FIXTURES / "unclosed.sgml")]})
         with pytest.raises(CorpusFormatError, match=r"unclosed.sgml:5: unclosed <TEXT>"):
             gp.write_splits(cfg, tmp_path / "x", tagger=StubTagger())

@@ -263,3 +263,28 @@ def test_parent_key_is_stable_and_children_share_one_parent(project, store) -> N
     assert client.get_run(by_name["copynet"].info.run_id).data.tags["mlflow.parentRunId"] == parent
     other = parent_run(TASK, TASK, changed, manifests, root=project)
     assert other != parent
+
+
+def test_a_model_changed_after_registration_is_neither_promoted_nor_served(project, store) -> None:
+    """Registration records the sha256 of the stored model files; promotion and serving check them."""
+    import mlflow
+
+    from pipeline.tracking.registry import TamperedModel, set_champion
+
+    version = _log_and_register(project, "copynet", {"test": {"top1": 90.0}})
+    client = mlflow.MlflowClient()
+    tags = client.get_model_version(TASK, version).tags
+    assert (
+        tags["sha256.model.pt"]
+        == hashlib.sha256((project / "data/checkpoints" / TASK / "copynet" / "model.pt").read_bytes()).hexdigest()
+    )
+    assert {"sha256.src.vocab", "sha256.tgt.vocab"} <= set(tags)
+    source = client.get_model_version(TASK, version).source  # models:/m-...
+    stored = Path(mlflow.get_logged_model(source.split("/")[-1]).artifact_location.removeprefix("file://"))
+    [model_file] = list(stored.rglob("model.pt"))
+    model_file.write_bytes(model_file.read_bytes() + b"\0")  # the stored weights changed after registration
+    with pytest.raises(TamperedModel, match="model.pt has sha256 .* registered with"):
+        set_champion(TASK, version, "must not happen")
+    assert client.get_registered_model(TASK).aliases == {}
+    with pytest.raises(ValueError, match="refusing to serve it"):
+        mlflow.pyfunc.load_model(f"models:/{TASK}/{version}")

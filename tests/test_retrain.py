@@ -145,17 +145,13 @@ def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: 
     """Test top-1 computed here with pipeline.evaluate alone (not through the flow)."""
     import torch
 
-    from pipeline.evaluate import (
-        EvalConfig,
-        decode_table,
-        load_checkpoint,
-        score_records,
-    )
+    from pipeline.checkpoints import load_model
+    from pipeline.evaluate import EvalConfig, decode_table, score_records
     from pipeline.shards import read_split
     from pipeline.vocab import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in params["evaluate"].items() if k != "heatmap"})
-    model, _ = load_checkpoint(checkpoint, MECH, torch.device("cpu"))
+    model, _ = load_model(checkpoint, MECH, torch.device("cpu"))
     records = decode_table(
         model,
         read_split(test_dir),
@@ -261,10 +257,10 @@ def test_frozen_test_copy_is_reused_verified_and_never_silently_replaced(tmp_pat
 
 
 def test_one_run_per_task_at_a_time(tmp_path):
-    from pipeline.retrain import run_lock
+    from pipeline.retrain import RunInProgress, run_lock
 
     with run_lock(tmp_path / "t"):
-        with pytest.raises(RuntimeError, match="another retrain run holds"):
+        with pytest.raises(RunInProgress, match="another retrain run holds"):
             with run_lock(tmp_path / "t"):
                 pass
     with run_lock(tmp_path / "t"):  # released
@@ -346,6 +342,24 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
     assert record["frozen_test"]["content_sha256"] == champion["record"]["frozen_test"]["content_sha256"]
     assert (alias_version(task), [str(v.version) for v in versions(task)]) == before  # nothing registered
     assert decisions(project, task)[-1]["decision"] == "kept_champion"
+
+
+def test_an_overlapping_run_is_skipped_and_recorded(project, champion):
+    """A second run of the task while one holds its lock does nothing but say so, in decisions.jsonl."""
+    import flows.retrain as rt
+    from pipeline.retrain import run_lock
+
+    task = champion["task"]
+    state_dir = project / "data" / "retrain" / task
+    n_decisions = len(decisions(project, task))
+    before = tree_hashes(project / "data", project / "mlruns")
+    with run_lock(state_dir):
+        record = rt.retrain_flow(champion["params_path"], run_stamp="run-overlap")
+    assert record["decision"] == "skipped" and "another retrain run holds" in record["reason"]
+    lines = decisions(project, task)
+    assert len(lines) == n_decisions + 1 and lines[-1]["run"] == "run-overlap" and lines[-1]["decision"] == "skipped"
+    after = tree_hashes(project / "data", project / "mlruns")
+    assert sorted(p for p, h in after.items() if before.get(p) != h) == [str(state_dir / "decisions.jsonl")]
 
 
 @pytest.mark.parametrize("where", ["training", "champion_evaluation", "alias_move"])

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def build_toy_project(root: Path) -> Path:
     import torch
 
     from models.config import ModelConfig
+    from pipeline.checkpoints import vocab_identity
     from pipeline.encoded import EncodedSplit, write_encoded_split
     from pipeline.shards import ShardWriter, make_schema
     from pipeline.train import TrainConfig, build_seeded_model, train
@@ -74,6 +76,8 @@ def build_toy_project(root: Path) -> Path:
                 root / "data/checkpoints" / TASK / mech,
                 model_config=vars(cfg),
                 progress=False,
+                # what the train stage records: load_model checks the mechanism and vocabularies
+                model_info={"mechanism": mech, "vocab": {"src": vocab_identity(vocab), "tgt": vocab_identity(vocab)}},
             )
     finally:
         torch.set_num_threads(threads)
@@ -132,17 +136,18 @@ def test_pyfunc_output_equals_decode_table(project, mech) -> None:
     """Raw text through the pyfunc gives the evaluate stage's prediction for the same shard row."""
     import torch
 
-    from pipeline.evaluate import EvalConfig, decode_table, load_checkpoint
+    from pipeline.checkpoints import load_model
+    from pipeline.evaluate import EvalConfig, decode_table
     from pipeline.shards import read_split
     from pipeline.vocab import Vocab
 
     table = read_split(project / "data/shards" / TASK / "test")
     src_vocab = Vocab.load(project / "data/vocab" / TASK / "src.vocab")
-    model, _ = load_checkpoint(project / "data/checkpoints" / TASK / mech / "model.pt", mech, torch.device("cpu"))
+    model, _ = load_model(project / "data/checkpoints" / TASK / mech / "model.pt", mech, torch.device("cpu"))
     records = decode_table(model, table, src_vocab, src_vocab, EvalConfig.from_dict(EVALUATE), torch.device("cpu"))
     texts = [" ".join(src) for src in table.column("src").to_pylist()]
     frame = local(project, mech).predict(pd.DataFrame({"text": texts}))
-    assert list(frame.columns) == ["output", "copied", "tokens"]
+    assert list(frame.columns) == ["output", "copied", "tokens", "warning"]
     assert [list(t) for t in frame["tokens"]] == [r["pred"] for r in records]
     assert list(frame["output"]) == [" ".join(r["pred"]) for r in records]
     assert [list(c) for c in frame["copied"]] == [r["copied"] for r in records]
@@ -232,13 +237,79 @@ def test_predict_cli_checkpoint(project, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("a u5 b\n"))
     assert main(args) == 0
     assert capsys.readouterr().out == "b u5\n"
-    with pytest.raises(FileNotFoundError, match="no trained model"):
-        main(["--checkpoint", str(tmp_path), "--task", TASK, "--params", str(project / "params.yaml")])
+    capsys.readouterr()
+    assert main(["--checkpoint", str(tmp_path), "--task", TASK, "--params", str(project / "params.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "no trained model" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.slow
-def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> None:
-    """`mlflow models serve -m models:/<task>@champion` on 127.0.0.1 answers as the local model."""
+# ---------------------------------------------------------------------------------------------
+# `mlflow models serve`: one server for the tests below (the SIGTERM test, last, stops it)
+# ---------------------------------------------------------------------------------------------
+# The served model's limits: the defaults, but a 6 s deadline and long outputs allowed, so that a
+# request can decode for longer than its deadline (and be stopped by SIGTERM before it).
+SERVE_LIMITS = {"request_timeout_s": 6, "max_output_len": 5000}
+LONG_TEXT = " ".join(["a"] + [f"s{i % 50}" for i in range(398)] + ["b"])  # 400 tokens: CopyNet copies on and on
+LONG_REQUEST = ([LONG_TEXT] * 8, {"beam_size": 20, "max_len": 5000})  # minutes of decoding without a deadline
+
+
+class Server:
+    def __init__(self, base: str, proc: subprocess.Popen) -> None:
+        self.base, self.proc = base, proc
+
+    def invoke(self, texts: list[str], params: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
+        """POST /invocations; ``(HTTP status, JSON body)`` (a non-JSON body as ``{"raw": text}``)."""
+        body = {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}}
+        if params:
+            body["params"] = params
+        req = urllib.request.Request(
+            f"{self.base}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, {"raw": raw.decode(errors="replace")}
+
+    def ping(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base}/ping", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+
+def live_processes(pgid: int) -> list[int]:
+    """Pids of the process group's processes that are not zombies (from /proc)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(project, store):
+    """CopyNet logged with :data:`SERVE_LIMITS`, registered as the champion and served by
+    `mlflow models serve -m models:/<task>@champion` on 127.0.0.1, in its own process group."""
     import mlflow
 
     from pipeline.tracking.registry import register, set_champion
@@ -252,7 +323,7 @@ def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> No
         run.info.run_id,
         project / "data/checkpoints" / TASK / "copynet",
         project / "data/vocab" / TASK,
-        serving_config("copynet"),
+        serving_config("copynet", **SERVE_LIMITS),
     )
     version = register(uri, TASK, {"mechanism": "copynet"})
     set_champion(TASK, version, "serve test")
@@ -266,65 +337,109 @@ def test_mlflow_models_serve_champion_answers_on_localhost(project, store) -> No
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     start = time.perf_counter()
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{TASK}@champion"]
+    command += ["--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "models",
-            "serve",
-            "-m",
-            f"models:/{TASK}@champion",
-            "--env-manager",
-            "local",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=store,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        command, cwd=store, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
-        base = f"http://127.0.0.1:{port}"
+        served = Server(f"http://127.0.0.1:{port}", proc)
         deadline = time.time() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/ping", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
+        while not served.ping():
             if proc.poll() is not None or time.time() > deadline:
                 raise AssertionError(f"server did not come up: {proc.stdout.read().decode(errors='replace')[-3000:]}")
             time.sleep(0.5)
-        ready = time.perf_counter() - start
-        texts = [OOV_TEXT, "a s1 s2 b"]
-        body = {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}, "params": {"beam_size": 3}}
-        req = urllib.request.Request(
-            f"{base}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=60) as r:
-            answer = json.loads(r.read())
-        print(f"server ready in {ready:.1f}s")
-        want = local(project, "copynet").predict(texts)
-        assert answer["predictions"] == [
-            {"output": o, "copied": list(c), "tokens": list(t)}
-            for o, c, t in zip(want["output"], want["copied"], want["tokens"])
-        ]
-        assert answer["predictions"][0] == {
-            "output": "b u1 zz9 u2",
-            "copied": ["u1", "zz9", "u2"],
-            "tokens": ["b", "u1", "zz9", "u2"],
-        }
+        print(f"server ready in {time.perf_counter() - start:.1f}s")
+        yield served
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_server(proc)
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_champion_answers_on_localhost(project, server) -> None:
+    """`mlflow models serve -m models:/<task>@champion` on 127.0.0.1 answers as the local model."""
+    texts = [OOV_TEXT, "a s1 s2 b"]
+    status, answer = server.invoke(texts, {"beam_size": 3})
+    assert status == 200, answer
+    want = local(project, "copynet").predict(texts)
+    assert answer["predictions"] == [
+        {"output": o, "copied": list(c), "tokens": list(t), "warning": w}
+        for o, c, t, w in zip(want["output"], want["copied"], want["tokens"], want["warning"])
+    ]
+    first = answer["predictions"][0]
+    assert (first["output"], first["copied"], first["tokens"]) == (
+        "b u1 zz9 u2",
+        ["u1", "zz9", "u2"],
+        ["b", "u1", "zz9", "u2"],
+    )
+    assert first["warning"].startswith("3 of 5 source tokens (60%) are outside")  # u1 zz9 u2
+    assert answer["predictions"][1]["warning"] == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("texts", "params", "index", "reason"),
+    [
+        (["a s1 b"], {"beam_size": 21}, None, "beam_size=21 is over this model's limit of 20 (serving.max_beam_size)"),
+        (
+            ["a s1 b"],
+            {"max_len": 5001},
+            None,
+            "max_len=5001 is over this model's limit of 5000 (serving.max_output_len)",
+        ),
+        (["a s1 b"] * 65, None, None, "65 texts in one request, over the limit of 64 (serving.max_inputs)"),
+        (["a s1 b", "s1 " * 401], None, 1, "401 source tokens, over the limit of 400 (serving.max_src_tokens)"),
+        (["x" * 2_000_000], None, 0, "2000000 characters, over the limit of 20000 (serving.max_input_chars)"),
+    ],
+    ids=["beam_size", "max_len", "max_inputs", "max_src_tokens", "2MB_text"],
+)
+def test_server_refuses_requests_over_the_limits_with_400(server, texts, params, index, reason) -> None:
+    """A request over a limit is answered at once with HTTP 400 and the reason (and the row), never clamped."""
+    start = time.perf_counter()
+    status, body = server.invoke(texts, params)
+    assert status == 400, body
+    assert body["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert reason in body["message"], body["message"][-500:]
+    assert body.get("index") == index
+    assert time.perf_counter() - start < 10
+    assert server.ping()
+
+
+@pytest.mark.slow
+def test_server_stops_a_request_at_its_deadline_with_504(server) -> None:
+    """Decoding stops at request_timeout_s (6 s here, the server's own limit is 60 s) and the client is told why."""
+    start = time.perf_counter()
+    status, body = server.invoke(*LONG_REQUEST)
+    elapsed = time.perf_counter() - start
+    assert status == 504, body
+    assert body["error_code"] == "DEADLINE_EXCEEDED"
+    assert "took longer than its 6 s deadline (serving.request_timeout_s)" in body["message"]
+    assert 5 < elapsed < 20, elapsed
+    status, answer = server.invoke(["a s1 s2 b"])  # the slot is free again
+    assert status == 200 and answer["predictions"][0]["output"] == "b s1 s2"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_decoding_server(server) -> None:
+    """SIGTERM to the server's process group while a request decodes: the decode stops (503 to its
+    client, not the 504 its deadline would give) and every process exits within seconds. Last: it
+    ends the module's server."""
+    import threading
+
+    answers = []
+    client = threading.Thread(target=lambda: answers.append(server.invoke(*LONG_REQUEST)))
+    client.start()
+    time.sleep(2.0)  # the request is decoding (its deadline is 4 s away)
+    assert not answers
+    start = time.perf_counter()
+    os.killpg(server.proc.pid, signal.SIGTERM)
+    while live_processes(server.proc.pid) and time.perf_counter() - start < 30:
+        server.proc.poll()  # reap the CLI process
+        time.sleep(0.1)
+    stopped = time.perf_counter() - start
+    client.join(timeout=10)
+    assert not live_processes(server.proc.pid), "the server's processes outlived SIGTERM by 30 s"
+    print(f"server exited {stopped:.1f}s after SIGTERM")
+    assert stopped < 3.5, stopped
+    status, body = answers[0]
+    assert status == 503 and "the server is shutting down" in body["message"], (status, body)

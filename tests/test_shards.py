@@ -290,3 +290,115 @@ def test_atomic_write_failure_keeps_old_file(tmp_path: Path, monkeypatch: pytest
         write_text_atomic(path, "new\n")
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+# --------------------------------------------------------------------------- #
+# Temp dirs left by a killed writer
+# --------------------------------------------------------------------------- #
+
+KILLED_WRITER = """
+import sys, time
+from pipeline.shards import ShardWriter, make_schema
+w = ShardWriter(sys.argv[1], make_schema(), rows_per_part=1)
+w.write([{"id": "a", "src": ["x"], "tgt": ["y"], "refs": [["y"]]}] * 3)
+print(w.tmp_dir, flush=True)
+time.sleep(60)
+"""
+
+
+def _killed_writer(out: Path) -> Path:
+    """Run a writer for ``out`` in a child process, SIGKILL it mid-write; its temp dir is left."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        tmp = Path(proc.stdout.readline().strip())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    assert tmp.is_dir() and len(list(tmp.glob("part-*"))) == 3  # what a killed prepare leaves
+    return tmp
+
+
+def test_new_writer_removes_what_a_killed_writer_left(tmp_path: Path) -> None:
+    out = tmp_path / "train"
+    _write_previous(out)  # a published split, as DVC tracks it
+    dead = _killed_writer(out)
+    assert dead.parent == tmp_path and dead.name.startswith(".train.tmp-")
+    # an interrupted swap's old copy, other splits' temp dirs, look-alikes and other files stay apart
+    old = tmp_path / ".train.old-0123abcd"
+    other_split = tmp_path / ".valid.tmp-abcd1234"
+    look_alikes = [tmp_path / ".train.tmp-short", tmp_path / ".train.tmp-abcd1234x", tmp_path / "notes.tmp-abcd1234"]
+    for d in (old, other_split, *look_alikes):
+        d.mkdir()
+    (tmp_path / ".train.tmp-file1234").write_text("a file, not a writer's dir")
+
+    with ShardWriter(out, SCHEMA) as live:
+        assert live.removed_stale == [old, dead]  # the dead writer's dir (its lock is free), the old copy
+        assert not dead.exists() and not old.exists()
+        with ShardWriter(out, SCHEMA) as w:  # a second writer of the same split while one lives
+            assert w.removed_stale == []  # the live writer's dir is locked: left alone
+            assert live.tmp_dir.is_dir()
+            w.write(make_rows(2))
+        assert live.tmp_dir.is_dir()
+        live.write(make_rows(1))
+    assert read_split(out).column("id").to_pylist() == ["ex0"]  # the live writer published last
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            "train",
+            ".train.tmp-file1234",
+            ".valid.tmp-abcd1234",
+            ".train.tmp-short",
+            ".train.tmp-abcd1234x",
+            "notes.tmp-abcd1234",
+        ]
+    )
+
+
+def test_old_copy_kept_while_its_split_is_missing(tmp_path: Path) -> None:
+    out = tmp_path / "train"
+    old = tmp_path / ".train.old-0123abcd"  # killed between moving train aside and moving the new one in
+    old.mkdir()
+    assert shards.remove_stale_temp_dirs(out) == []  # it holds the last published split
+    assert old.is_dir()
+    out.mkdir()
+    assert shards.remove_stale_temp_dirs(out) == [old]
+
+
+def test_finish_then_publish_or_abort(tmp_path: Path) -> None:
+    w = ShardWriter(tmp_path / "a", SCHEMA)
+    w.write(make_rows(2))
+    m = w.finish()
+    assert m["rows"] == 2 and not (tmp_path / "a").exists() and (w.tmp_dir / "manifest.json").is_file()
+    with pytest.raises(RuntimeError, match="finished"):
+        w.write(make_rows(1))
+    assert w.publish() == m == read_manifest(tmp_path / "a")
+    assert w.close() == m  # idempotent
+    v = ShardWriter(tmp_path / "b", SCHEMA)
+    v.finish()
+    v.abort()
+    with pytest.raises(RuntimeError, match="closed or aborted"):
+        v.publish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+def test_atomic_writes_get_the_umask_mode_not_0600(tmp_path):
+    """mkstemp/mkdtemp create 0600/0700 entries; what is published has the mode open()/mkdir() give."""
+    import os
+    import stat
+
+    from pipeline.shards import UMASK, ShardWriter, make_schema, write_text_atomic
+
+    write_text_atomic(tmp_path / "f.txt", "x")
+    assert stat.S_IMODE(os.stat(tmp_path / "f.txt").st_mode) == 0o666 & ~UMASK != 0o600  # (umask 022: 0644)
+    with ShardWriter(tmp_path / "split", make_schema()) as writer:
+        writer.write([{"id": "0", "src": ["a"], "tgt": ["b"], "refs": [["b"]]}])
+    assert stat.S_IMODE(os.stat(tmp_path / "split").st_mode) == 0o777 & ~UMASK

@@ -136,8 +136,9 @@ def test_sigkill_at_a_random_step_then_rerun_ends_bit_identical(data, tmp_path):
 def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_path):
     """In-process: a run stopped by an exception mid-epoch resumes from its last step checkpoint."""
     straight, history = _run(data, tmp_path / "a", checkpoint_every=1)
-    assert [r["epoch"] for r in history] == [1, 2, 3]
-    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert [r["epoch"] for r in history] == [0, 1, 2, 3]  # the untrained model, then each epoch
+    assert history[0]["step"] == 0 and history[0]["train_loss"] is None
+    assert history[-1]["train_loss"] < history[1]["train_loss"]
 
     class Stop(Exception):
         pass
@@ -173,14 +174,14 @@ def test_rerun_after_a_completed_run_starts_afresh(data, tmp_path):
     """DVC reruns a finished training after a code change: that must retrain, not resume."""
     first, _ = _run(data, tmp_path / "d")
     again, history = _run(data, tmp_path / "d")
-    assert [r["epoch"] for r in history] == [1, 2, 3]  # trained again from epoch 1
+    assert [r["epoch"] for r in history] == [0, 1, 2, 3]  # trained again from epoch 1
     assert _same_weights(first.state_dict(), again.state_dict())  # seeded: the same result
 
 
 def test_changed_settings_start_afresh(data, tmp_path):
     _run(data, tmp_path / "c")
     _, history = _run(data, tmp_path / "c", epochs=1)
-    assert [r["epoch"] for r in history] == [1]  # not a continuation of the 3-epoch run
+    assert [r["epoch"] for r in history] == [0, 1]  # not a continuation of the 3-epoch run
     assert not list((tmp_path / "c").glob(".*.tmp"))  # no temp files left behind
 
 
@@ -233,9 +234,11 @@ def test_non_finite_loss_stops_with_step_and_rows_and_saves_nothing_nan(data, tm
 
 
 def test_early_stopping_ends_the_run_and_keeps_the_best_model(data, tmp_path):
-    # Improvements smaller than min_delta do not count: patience 2 stops the run after 3 validations.
+    # Improvements smaller than min_delta do not count: patience 2 stops the run 2 validations after step 0.
     _, history = _run(data, tmp_path / "es", epochs=20, patience=2, min_delta=0.5)
-    assert len(history) == 3 and history[-1]["epoch"] == 3
+    assert (
+        len(history) == 3 and history[-1]["epoch"] == 2
+    )  # the untrained baseline, then 2 epochs without a min_delta gain
     best = min(r["valid_loss"] for r in history)
     assert torch.load(tmp_path / "es" / "model.pt", weights_only=True)["valid_loss"] == best
     assert torch.load(tmp_path / "es" / "last.pt", weights_only=True)["progress"]["completed"]
@@ -243,14 +246,14 @@ def test_early_stopping_ends_the_run_and_keeps_the_best_model(data, tmp_path):
 
 def test_validation_every_n_steps_and_learning_curve_rows(data, tmp_path):
     _, history = _run(data, tmp_path / "v", epochs=2, validate_every=2, warmup_steps=3, lr_decay="inverse_sqrt")
-    assert [r["step"] for r in history] == [2, 4, 6]  # 3 steps per epoch: every 2 steps, not at epoch ends
-    assert history[0]["lr"] == pytest.approx(1e-3 * 2 / 3)  # the lr of the last step before the validation
-    assert {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "lr", "tokens_per_s"} <= set(history[0])
+    assert [r["step"] for r in history] == [0, 2, 4, 6]  # 3 steps per epoch: every 2 steps, not at epoch ends
+    assert history[1]["lr"] == pytest.approx(1e-3 * 2 / 3)  # the lr of the last step before the validation
+    assert {"step", "epoch", "train_loss", "valid_loss", "valid_ppl", "lr", "tokens_per_s"} <= set(history[1])
 
 
 def test_max_steps_stops_mid_epoch_and_validates_the_last_step(data, tmp_path):
     _, history = _run(data, tmp_path / "ms", epochs=10, max_steps=4)
-    assert [r["step"] for r in history] == [3, 4]  # the end of epoch 1, then the last step
+    assert [r["step"] for r in history] == [0, 3, 4]  # untrained, the end of epoch 1, then the last step
     assert torch.load(tmp_path / "ms" / "last.pt", weights_only=True)["progress"]["completed"]
 
 

@@ -18,7 +18,8 @@ it goes to the ``entities`` column, so predictions can be de-anonymised as DRESS
 
 Every split named in ``splits`` must have its files: the public copies often lack the large
 train files, so list what you have (``splits: [valid, test]``); a missing file is an error that
-says so before anything is written.
+says so before anything is written. A file may be gzipped: ``<name>.gz`` is read where ``<name>``
+is missing (row ids keep the name without ``.gz``).
 
 Rows: ``id`` = ``<src file name>:<line>``, ``src``/``tgt`` = whitespace tokens, ``refs`` = ``[tgt]``,
 ``entities`` = list of ``{tag, text}`` (empty for ``ori``).
@@ -26,12 +27,17 @@ Rows: ``id`` = ``<src file name>:<line>``, ``src``/``tgt`` = whitespace tokens, 
 Bad input (the same rules serve the TurkCorpus, EW-SEW and PWKP readers, which import them):
 
 * aligned files with different line counts: ``CorpusFormatError`` naming both files and the line;
+  a truncated or corrupt ``.gz``: ``CorpusFormatError`` naming the file;
 * a line that is not UTF-8: quarantined ``invalid_utf8`` (the other lines of the file still count);
+* a NUL character, a line over ``max_line_chars`` characters, a whitespace-separated token over
+  ``max_token_chars`` characters: quarantined ``nul_byte`` / ``line_too_long`` / ``token_too_long``
+  (:class:`pipeline.corpora.common.TextLimits`);
 * an empty (or all-whitespace) line: quarantined ``empty_<role>`` (``empty_src``, ``empty_tgt`` ...);
 * a line over ``max_tokens`` tokens: quarantined ``<role>_too_long`` (a guard against absurd input,
   not a modelling length filter: the papers apply none);
 * then ``write_corpus`` drops train rows that duplicate an earlier train pair (``duplicate_pair``)
-  or whose source is an evaluation source (``src_in_valid`` / ``src_in_test``).
+  or whose source is an evaluation source (``src_in_valid`` / ``src_in_test``); a split left
+  without rows (empty files, every line quarantined) is an ``EmptySplitError`` naming its files.
 
 Manifest ``stats`` per split: ``src_tokens``, ``ref_tokens``, ``ref_tokens_in_src`` (target tokens a
 copy mechanism can point at), ``refs_identical_to_src``, and for ``anon`` the entity-map counts
@@ -56,9 +62,16 @@ import pyarrow as pa
 
 from models.config import dataclass_from_dict
 from pipeline.corpora.common import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
     CorpusFormatError,
     Quarantined,
     SplitStats,
+    TextLimits,
+    open_input,
+    resolve_input,
+    row_name,
     write_corpus,
 )
 from pipeline.parallel import chunked, serial_map
@@ -83,6 +96,8 @@ class Config:
     variant: str = "ori"  # ori: original text; anon: named entities anonymised
     splits: tuple[str, ...] = SPLIT_NAMES  # only those whose files exist (public copies lack train)
     max_tokens: int = 1000  # longer lines are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer line: line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     lowercase: bool = False
     chunk_size: int = 5000  # lines per map_chunks task
 
@@ -99,6 +114,7 @@ class Config:
             raise ValueError(f"dress splits must be distinct names from {SPLIT_NAMES}, got {list(self.splits)}")
         if self.max_tokens < 1 or self.chunk_size < 1:
             raise ValueError("max_tokens and chunk_size must be >= 1")
+        TextLimits.of(self)
 
 
 # --------------------------------------------------------------------------- #
@@ -107,8 +123,9 @@ class Config:
 
 
 def require_files(paths: Iterable[Path], hint: str = "") -> None:
-    """FileNotFoundError naming every missing file (checked before anything is written)."""
-    missing = [str(p) for p in paths if not Path(p).is_file()]
+    """FileNotFoundError naming every missing file (checked before anything is written; a file
+    found gzipped, ``<name>.gz``, is there: :func:`pipeline.corpora.common.resolve_input`)."""
+    missing = [str(p) for p in paths if not resolve_input(p).is_file()]
     if missing:
         raise FileNotFoundError(f"missing input file(s): {', '.join(missing)}" + (f"; {hint}" if hint else ""))
 
@@ -116,12 +133,16 @@ def require_files(paths: Iterable[Path], hint: str = "") -> None:
 def iter_aligned(paths: Sequence[Path]) -> Iterator[tuple[int, list[bytes]]]:
     """``(line number, [raw line of each file])`` over line-aligned files, newline stripped.
 
-    Files are read as bytes (decoding is per line, so one bad line is quarantined, not fatal); a
-    last line without its newline counts. Different line counts raise ``CorpusFormatError`` at the
-    first line one file lacks, naming both files.
+    Files are read as bytes (decoding is per line, so one bad line is quarantined, not fatal), through
+    :func:`pipeline.corpora.common.open_input` (gzip too); a last line without its newline counts.
+    Different line counts raise ``CorpusFormatError`` at the first line one file lacks, naming both
+    files.
     """
-    handles = [open(p, "rb") for p in paths]
+    paths = [resolve_input(p) for p in paths]
+    handles = []
     try:
+        for p in paths:
+            handles.append(open_input(p))
         for number, lines in enumerate(zip_longest(*handles), start=1):
             if any(line is None for line in lines):
                 longer = next(p for p, line in zip(paths, lines) if line is not None)
@@ -152,11 +173,12 @@ def decode_fields(
     line: int,
     max_tokens: int,
     lowercase: bool,
+    limits: TextLimits | None,
 ) -> list[list[str]] | Quarantined:
     """Decode and whitespace-tokenise the aligned fields of one record, or say why not.
 
     ``names[i]`` is the file field ``i`` came from (for ``file:line``), ``roles[i]`` its role in
-    quarantine reasons (``src``, ``tgt``, ``ref`` ...).
+    quarantine reasons (``src``, ``tgt``, ``ref`` ...). ``limits``: see :func:`tokenise_fields`.
     """
     texts: list[str] = []
     for data, name in zip(raw, names):
@@ -164,7 +186,7 @@ def decode_fields(
             texts.append(data.decode("utf-8"))
         except UnicodeDecodeError as err:
             return Quarantined("invalid_utf8", f"{name}:{line}", {"byte_offset": err.start, **preview(raw, names)})
-    return tokenise_fields(texts, names, roles, line, max_tokens, lowercase)
+    return tokenise_fields(texts, names, roles, line, max_tokens, lowercase, limits)
 
 
 def tokenise_fields(
@@ -174,13 +196,20 @@ def tokenise_fields(
     line: int,
     max_tokens: int,
     lowercase: bool,
+    limits: TextLimits | None,
 ) -> list[list[str]] | Quarantined:
-    """Whitespace tokens of each field (every corpus read here is tokenised already), or why not."""
+    """Whitespace tokens of each field (every corpus read here is tokenised already), or why not:
+    per field, in order, ``limits``' rules (NUL, line and token length; None: checked by the
+    caller), empty, over ``max_tokens`` tokens."""
+    keys = names if len(set(names)) == len(names) else roles  # e.g. src/tgt of one TSV line
     fields: list[list[str]] = []
     for text, name, role in zip(texts, names, roles):
+        found = limits.problem(text) if limits is not None else None
+        if found is not None:
+            reason, details = found
+            return Quarantined(reason, f"{name}:{line}", {**details, **{k: t[:300] for k, t in zip(keys, texts)}})
         tokens = (text.lower() if lowercase else text).split()
         if not tokens:
-            keys = names if len(set(names)) == len(names) else roles  # e.g. src/tgt of one TSV line
             return Quarantined(f"empty_{role}", f"{name}:{line}", {k: t[:300] for k, t in zip(keys, texts)})
         if len(tokens) > max_tokens:
             return Quarantined(
@@ -280,7 +309,7 @@ def split_paths(cfg: Config, split: str, variant: str | None = None) -> tuple[Pa
     variant = variant or cfg.variant
     stem = f"{cfg.prefix}.ori.{split}" if variant == "ori" else f"{cfg.prefix}.{split}"
     base = Path(cfg.data_dir)
-    return base / f"{stem}.src", base / f"{stem}.dst"
+    return resolve_input(base / f"{stem}.src"), resolve_input(base / f"{stem}.dst")
 
 
 @dataclass(frozen=True)
@@ -291,6 +320,7 @@ class ChunkSpec:
     max_tokens: int
     lowercase: bool
     entity_map_unavailable: bool = False  # anon variant without its .ori. twin files
+    limits: TextLimits = DEFAULT_LIMITS
 
 
 def parse_dress_chunk(spec: ChunkSpec, chunk: list[tuple[int, list[bytes]]]) -> ChunkResult:
@@ -299,7 +329,7 @@ def parse_dress_chunk(spec: ChunkSpec, chunk: list[tuple[int, list[bytes]]]) -> 
     roles = ("src", "tgt", "ori_src", "ori_tgt")[: len(spec.names)]
     out: ChunkResult = []
     for line, raw in chunk:
-        fields = decode_fields(raw, spec.names, roles, line, spec.max_tokens, spec.lowercase)
+        fields = decode_fields(raw, spec.names, roles, line, spec.max_tokens, spec.lowercase, spec.limits)
         if isinstance(fields, Quarantined):
             out.append((fields, None))
             continue
@@ -311,7 +341,7 @@ def parse_dress_chunk(spec: ChunkSpec, chunk: list[tuple[int, list[bytes]]]) -> 
             counts.update(entity_counts)
         elif spec.entity_map_unavailable:
             counts["entity_map_unavailable"] = 1
-        row = {"id": f"{spec.names[0]}:{line}", "src": src, "tgt": tgt, "refs": [tgt], "entities": entities}
+        row = {"id": f"{row_name(spec.names[0])}:{line}", "src": src, "tgt": tgt, "refs": [tgt], "entities": entities}
         out.append((row, counts))
     return out
 
@@ -322,7 +352,7 @@ def _split_stream(cfg: Config, split: str, stats: SplitStats, map_chunks: Callab
     no_twin = cfg.variant == "anon" and not all(p.is_file() for p in twins)
     if cfg.variant == "anon" and not no_twin:
         paths.extend(twins)  # aligned with the anonymised lines to recover the entity map
-    spec = ChunkSpec(tuple(p.name for p in paths), cfg.max_tokens, cfg.lowercase, no_twin)
+    spec = ChunkSpec(tuple(p.name for p in paths), cfg.max_tokens, cfg.lowercase, no_twin, TextLimits.of(cfg))
     chunks = chunked(iter_aligned(paths), cfg.chunk_size)
     yield from stream_items(map_chunks, functools.partial(parse_dress_chunk, spec), chunks, stats)
 
@@ -336,7 +366,8 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     )
     stats = {split: SplitStats() for split in cfg.splits}
     streams = {split: _split_stream(cfg, split, stats[split], map_chunks) for split in cfg.splits}
-    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+    sources = {split: [str(p) for p in split_paths(cfg, split)] for split in cfg.splits}
+    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats, sources=sources)
 
 
 # --------------------------------------------------------------------------- #

@@ -17,13 +17,21 @@ cluster's references. Rows (one ``test`` split):
   no training split to count words on: the vocab stage decides what is unknown);
 * ``refs`` = every reference tokenised like a Gigaword headline (PTB tokens, normalised, ``pull.py``'s
   punctuation dropped), ``tgt`` = ``refs[0]``;
-* ``refs_raw`` = the reference texts as written (whitespace collapsed), for the official 75-byte
-  ROUGE evaluation, which truncates raw text.
+* ``refs_raw`` = the reference texts exactly as written -- only a leading BOM and the line ends
+  removed (lines kept apart by ``\n``, CRLF read as LF) -- for the official 75-byte ROUGE
+  evaluation (``pipeline.metrics.rouge_recall_75``), which truncates the raw text: NIST's DUC 2004
+  model files begin with a space, and ROUGE-1.5.5 counts it in the 75 bytes (collapsing it made
+  our recall +0.037 / +0.020 / +0.014 R-1/2/L too high on DUC 2004 with a lead baseline).
 
 Bad input: a malformed SGML file -> ``CorpusFormatError`` (see ``ldc_sgml.iter_doc_blocks``); a
-cluster directory whose name is not ``d<digits><letter>`` -> ``CorpusFormatError``. Quarantined:
-``invalid_utf8`` (a document or one of its reference files does not decode in ``encoding``),
-``no_text``, ``src_too_long`` (over ``max_tokens``), ``no_references`` (no non-empty model file).
+cluster directory whose name is not ``d<digits><letter>`` -> ``CorpusFormatError``; a truncated or
+corrupt gzipped document or model file (``.gz``, read transparently; the DOCNO is the name without
+it) -> ``CorpusFormatError`` naming it; no row at all (every document quarantined) ->
+``EmptySplitError``. Quarantined: ``invalid_utf8`` (a document or one of its reference files does
+not decode in ``encoding``), ``nul_byte`` / ``line_too_long`` / ``token_too_long`` (a line of the
+document or of a reference with a NUL character, over ``max_line_chars`` characters or with a
+token over ``max_token_chars``; ``where`` is that line), ``no_text``, ``src_too_long`` (over
+``max_tokens``), ``no_references`` (no non-empty model file).
 Kept and counted in the manifest ``stats``: ``docs_with_fewer_refs`` (fewer than ``expected_refs``
 non-empty references; the row keeps those it has), ``empty_references`` (empty model files,
 left out of ``refs``), ``models_without_doc`` (model files naming no document here),
@@ -45,9 +53,14 @@ import pyarrow as pa
 
 from models.config import dataclass_from_dict
 from pipeline.corpora.common import (
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
     CorpusFormatError,
     Quarantined,
     SplitStats,
+    TextLimits,
+    read_input,
+    row_name,
     write_corpus,
 )
 from pipeline.corpora.gigaword import (
@@ -56,7 +69,7 @@ from pipeline.corpora.gigaword import (
     rush_tokenizer,
     title_tokens,
 )
-from pipeline.corpora.ldc_sgml import DocBlock, iter_doc_blocks, parse_doc
+from pipeline.corpora.ldc_sgml import DocBlock, check_block, iter_doc_blocks, parse_doc
 from pipeline.parallel import chunked, serial_map
 from pipeline.shards import make_schema
 
@@ -71,7 +84,7 @@ ZERO_STATS = (
 )
 _CLUSTER_DIR = re.compile(r"d(\d+)[a-z]")
 _MODEL = re.compile(
-    r"(?P<cluster>D\d+)\.P\.(?P<size>\w+)\.(?P<sel>[A-Z])\.(?P<assessor>[A-Z])\.(?P<docno>.+?)(?:\.html)?"
+    r"(?P<cluster>D\d+)\.P\.(?P<size>\w+)\.(?P<sel>[A-Z])\.(?P<assessor>[A-Z])\.(?P<docno>.+?)(?:\.html)?(?:\.gz)?"
 )
 
 
@@ -85,6 +98,8 @@ class Config:
     expected_refs: int = 4  # DUC task 1: 4 human summaries per document
     short_lead_chars: int = 0  # > 0: join a shorter lead with the next sentence (make_DUC.py: 130)
     max_tokens: int = 400  # longer leads are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer document / reference line: line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     encoding: str = "utf-8"
     chunk_size: int = 500  # documents per map_chunks task
 
@@ -95,6 +110,7 @@ class Config:
     def __post_init__(self) -> None:
         if min(self.expected_refs, self.max_tokens, self.chunk_size) < 1 or self.short_lead_chars < 0:
             raise ValueError("duc: expected_refs, max_tokens, chunk_size must be >= 1, short_lead_chars >= 0")
+        TextLimits.of(self)
 
 
 def index_models(models_dir: Path, model_size: str | None, stats: SplitStats) -> dict[tuple[str, str], list[Path]]:
@@ -130,6 +146,10 @@ def _duc_row(
     cfg: Config, block: DocBlock, row_id: str, models: list[tuple[str, bytes]]
 ) -> tuple[dict | Quarantined, dict]:
     where = f"{block.path}:{block.line}"
+    limits = TextLimits.of(cfg)
+    hostile = check_block(block, limits, cfg.encoding)
+    if hostile is not None:
+        return Quarantined(hostile.reason, hostile.where, {"id": row_id, **hostile.record}), {}
     try:
         doc = parse_doc(block, cfg.encoding)
     except UnicodeDecodeError as err:
@@ -138,10 +158,13 @@ def _duc_row(
     counts = {"empty_references": 0}
     for name, data in models:
         try:
-            text = " ".join(data.decode(cfg.encoding).split())
+            text = reference_as_written(data, cfg.encoding)
         except UnicodeDecodeError as err:
             return Quarantined("invalid_utf8", name, {"id": row_id, "byte_offset": err.start}), {}
-        if text:
+        hostile = limits.check_lines(text, name, 1)
+        if hostile is not None:
+            return Quarantined(hostile.reason, hostile.where, {"id": row_id, **hostile.record}), {}
+        if text.strip():
             refs_raw.append(text)
         else:
             counts["empty_references"] += 1
@@ -167,15 +190,24 @@ def _duc_row(
     return {"id": row_id, "src": src, "tgt": refs[0], "refs": refs, "refs_raw": refs_raw}, counts
 
 
+def reference_as_written(data: bytes, encoding: str = "utf-8") -> str:
+    """A model file's text as ROUGE-1.5.5 reads it: decoded, a leading BOM and the line ends
+    removed (CRLF or LF; lines joined by ``\n``, trailing blank lines dropped), nothing else --
+    leading and inner spaces count in the 75-byte cut. ``UnicodeDecodeError`` if it does not decode."""
+    text = data.decode(encoding).removeprefix("\ufeff")
+    return "\n".join(line.removesuffix("\r") for line in text.split("\n")).rstrip("\n")
+
+
 def _jobs(cfg: Config, index: dict, stats: SplitStats) -> Iterator[tuple[DocBlock, str, list[tuple[str, bytes]]]]:
     """Each document with its row id and its references' raw bytes; counts unmatched models."""
     used: set[tuple[str, str]] = set()
     for cluster, path in doc_files(Path(cfg.docs_dir)):
-        key = (cluster, path.name)
+        docno = row_name(path.name)  # DOCNO, also for a gzipped document file
+        key = (cluster, docno)
         used.add(key)
-        models = [(str(p), p.read_bytes()) for p in index.get(key, [])]
+        models = [(str(p), read_input(p)) for p in index.get(key, [])]
         for block in iter_doc_blocks(path):
-            yield block, f"{path.parent.name}/{path.name}", models
+            yield block, f"{path.parent.name}/{docno}", models
     stats.add("models_without_doc", sum(len(v) for k, v in index.items() if k not in used))
 
 
@@ -198,7 +230,10 @@ def write_splits(cfg: Config, out_root: Path, map_chunks: Callable = serial_map)
                         stats.add(key, n)
                 yield item
 
-    return write_corpus(Path(out_root), {"test": items()}, SCHEMA, params=asdict(cfg), stats={"test": stats})
+    sources = {"test": [cfg.docs_dir, cfg.models_dir]}
+    return write_corpus(
+        Path(out_root), {"test": items()}, SCHEMA, params=asdict(cfg), stats={"test": stats}, sources=sources
+    )
 
 
 # --------------------------------------------------------------------------- #

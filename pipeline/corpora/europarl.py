@@ -70,8 +70,10 @@ word, invalid UTF-8) is a ``CorpusFormatError`` naming ``file:line``.
 
 Filter rules (quarantine reasons; every raw pair ends in a shard or in ``quarantine.jsonl``)
     * ``invalid_utf8``: a line that is not UTF-8 (``where`` names that side's file and line);
-    * ``src_too_long`` / ``tgt_too_long``: a line over ``max_line_chars`` characters (a guard
-      against absurd input, checked before tokenising; all splits);
+    * ``nul_byte`` / ``line_too_long`` / ``token_too_long``: a line with a NUL character, over
+      ``max_line_chars`` characters, or with a whitespace-separated token over ``max_token_chars``
+      characters (:class:`pipeline.corpora.common.TextLimits`; a guard against absurd input,
+      checked before tokenising; all splits);
     * ``empty_src`` / ``empty_tgt``: a line with no token (Europarl has such lines: 6 empty French
       lines in its first 3,000);
     * ``longer_than_max_len``: train only, a pair with a side over ``max_len`` (50) tokens, the
@@ -83,8 +85,10 @@ Filter rules (quarantine reasons; every raw pair ends in a shard or in ``quarant
 
     Line-aligned files with different line counts, malformed SGML (unclosed ``<seg>``/``<doc>``/
     set, a segment outside a ``<doc>``, a duplicate ``(docid, seg id)``, a ``<refset>`` whose
-    ``trglang`` is not ``tgt_lang``) and a missing counterpart segment raise ``CorpusFormatError``
-    with file and line before anything is written.
+    ``trglang`` is not ``tgt_lang``), a missing counterpart segment and a truncated or corrupt
+    ``.gz`` raise ``CorpusFormatError`` with file and line before anything is written; a split
+    left without rows (empty files, every pair quarantined) raises ``EmptySplitError`` naming its
+    files. Every input may be gzipped: ``<name>.gz`` is read where ``<name>`` is missing.
 
 Rows: ``id`` = ``<europarl_stem>:<line>`` (train), ``<stem>:<docid>:<seg id>`` (SGML) or
 ``<stem>:<line>`` (plain); ``refs`` = ``[tgt]`` (newstest2011 has one reference); ``tgt_pointer``
@@ -115,10 +119,14 @@ from sacremoses import MosesTokenizer
 
 from models.config import dataclass_from_dict
 from pipeline.corpora.common import (
+    MAX_TOKEN_CHARS,
     CorpusFormatError,
     Quarantined,
     SplitStats,
+    TextLimits,
+    open_input,
     pair_key,
+    resolve_input,
     write_corpus,
 )
 from pipeline.parallel import chunked, serial_map
@@ -150,7 +158,8 @@ class Config:
     dictionary_file: str | None = None  # <tgt word>\t<src word> lines, see the module docstring
     unmatched: str = "location"  # OOV with no source match: location (5.3 argmax of l_t) | shortlist (UNK)
     escape: bool = False  # Moses XML escaping (&amp; &apos; ...) as tokenizer.perl does by default
-    max_line_chars: int = 5000  # longer raw lines are quarantined as absurd input
+    max_line_chars: int = 5000  # longer raw lines are quarantined (line_too_long) as absurd input
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     chunk_size: int = 5000  # sentence pairs per map_chunks task
 
     @classmethod
@@ -168,18 +177,21 @@ class Config:
             raise ValueError(f"shortlist_size must exceed the {len(SPECIALS)} specials, got {self.shortlist_size}")
         if min(self.max_len, self.max_line_chars, self.chunk_size) < 1:
             raise ValueError("max_len, max_line_chars and chunk_size must be >= 1")
+        TextLimits.of(self)
 
     # -- the input files -------------------------------------------------- #
 
     def train_paths(self) -> tuple[Path, Path]:
         base = Path(self.europarl_dir) / self.europarl_stem
-        return Path(f"{base}.{self.src_lang}"), Path(f"{base}.{self.tgt_lang}")
+        return resolve_input(f"{base}.{self.src_lang}"), resolve_input(f"{base}.{self.tgt_lang}")
 
     def eval_paths(self, stem: str) -> tuple[Path, Path]:
         folder = Path(self.newstest_dir)
         if self.eval_format == "sgm":
-            return folder / f"{stem}-src.{self.src_lang}.sgm", folder / f"{stem}-ref.{self.tgt_lang}.sgm"
-        return folder / f"{stem}.{self.src_lang}", folder / f"{stem}.{self.tgt_lang}"
+            pair = folder / f"{stem}-src.{self.src_lang}.sgm", folder / f"{stem}-ref.{self.tgt_lang}.sgm"
+        else:
+            pair = folder / f"{stem}.{self.src_lang}", folder / f"{stem}.{self.tgt_lang}"
+        return resolve_input(pair[0]), resolve_input(pair[1])
 
 
 # --------------------------------------------------------------------------- #
@@ -199,7 +211,7 @@ class RawPair(NamedTuple):
 
 def require_files(paths: Iterable[Path]) -> None:
     """FileNotFoundError naming every missing input (checked before anything is written)."""
-    missing = [str(p) for p in paths if not p.is_file()]
+    missing = [str(p) for p in paths if not resolve_input(p).is_file()]
     if missing:
         raise FileNotFoundError(f"missing europarl/newstest input file(s): {', '.join(missing)}")
 
@@ -211,7 +223,7 @@ def iter_line_pairs(src_path: Path, tgt_path: Path, id_prefix: str) -> Iterator[
     a last line without its newline counts. Different line counts: ``CorpusFormatError`` at the
     shorter file's first missing line.
     """
-    with open(src_path, "rb") as src_fh, open(tgt_path, "rb") as tgt_fh:
+    with open_input(src_path) as src_fh, open_input(tgt_path) as tgt_fh:
         for number, (src, tgt) in enumerate(zip_longest(src_fh, tgt_fh), start=1):
             if src is None or tgt is None:
                 shorter, longer = (src_path, tgt_path) if src is None else (tgt_path, src_path)
@@ -265,7 +277,7 @@ def iter_sgm(path: Path, set_tag: str, expect_lang: tuple[str, str] | None = Non
     doc: str | None = None
     doc_line = 0
     seen: dict[tuple[str, str], int] = {}
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         for number, raw in enumerate(fh, start=1):
             if number == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")
@@ -386,7 +398,7 @@ class TokenSpec:
     src_lang: str
     tgt_lang: str
     escape: bool
-    max_line_chars: int
+    limits: TextLimits  # max_line_chars, max_token_chars
     max_len: int | None  # None: no length filter (evaluation splits)
 
 
@@ -418,8 +430,10 @@ def tokenise_pair(spec: TokenSpec, pair: RawPair) -> tuple[list[str], list[str]]
         except UnicodeDecodeError as err:
             return Quarantined("invalid_utf8", where, {"side": role, "byte_offset": err.start, **_preview(pair)})
     for (role, where, _, _), text in zip(sides, texts):
-        if len(text) > spec.max_line_chars:
-            return Quarantined(f"{role}_too_long", where, {"chars": len(text), **_preview(pair)})
+        found = spec.limits.problem(text)
+        if found is not None:
+            reason, details = found
+            return Quarantined(reason, where, {"side": role, **details, **_preview(pair)})
     tokens = []
     for (role, where, _, lang), text in zip(sides, texts):
         toks = tokenise(text, lang, spec.escape) if text.strip() else []
@@ -522,7 +536,7 @@ def annotate_chunk(
 def load_dictionary(path: Path) -> dict[str, tuple[str, ...]]:
     """``target word -> source translations`` (file order) from ``<tgt>\\t<src>`` lines."""
     senses: dict[str, list[str]] = {}
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         for number, raw in enumerate(fh, start=1):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")
@@ -564,7 +578,7 @@ class TrainGate:
 
 def count_train_targets(cfg: Config, eval_sources: Mapping[bytes, str], map_chunks: Callable) -> Counter:
     """Pass 1: target token counts over the train rows that will be written."""
-    spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, cfg.max_line_chars, cfg.max_len)
+    spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, TextLimits.of(cfg), cfg.max_len)
     gate = TrainGate(eval_sources)
     total: Counter = Counter()
     chunks = chunked(train_pairs(cfg), cfg.chunk_size)
@@ -578,7 +592,7 @@ def count_train_targets(cfg: Config, eval_sources: Mapping[bytes, str], map_chun
 
 def eval_source_keys(cfg: Config, map_chunks: Callable) -> dict[bytes, str]:
     """``pair_key(src) -> split`` for the evaluation splits, first split wins (as write_corpus)."""
-    spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, cfg.max_line_chars, None)
+    spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, TextLimits.of(cfg), None)
     sources: dict[bytes, str] = {}
     stems = [("valid", cfg.valid_stem)] + ([("test", cfg.test_stem)] if cfg.test_stem != cfg.valid_stem else [])
     for split, stem in stems:
@@ -649,8 +663,8 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     stats = {split: SplitStats() for split in ("valid", "test", "train")}
     stats["train"].add("shortlist_words", len(rules.shortlist))
     stats["train"].add("dictionary_words", len(dictionary))
-    eval_spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, cfg.max_line_chars, None)
-    train_spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, cfg.max_line_chars, cfg.max_len)
+    eval_spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, TextLimits.of(cfg), None)
+    train_spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, TextLimits.of(cfg), cfg.max_len)
     streams = {
         "valid": annotated_stream(
             eval_pairs(cfg, cfg.valid_stem), eval_spec, rules, cfg.chunk_size, stats["valid"], map_chunks
@@ -663,7 +677,12 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         ),
     }
     params = {**asdict(cfg), "dictionary_sha256": sha256_file(cfg.dictionary_file) if cfg.dictionary_file else None}
-    manifests = write_corpus(out_root, streams, SCHEMA, params=params, stats=stats)
+    sources = {
+        "valid": [str(p) for p in cfg.eval_paths(cfg.valid_stem)],
+        "test": [str(p) for p in cfg.eval_paths(cfg.test_stem)],
+        "train": [str(p) for p in cfg.train_paths()],
+    }
+    manifests = write_corpus(out_root, streams, SCHEMA, params=params, stats=stats, sources=sources)
     shortlist_vocab.save(out_root / f"shortlist.{cfg.tgt_lang}.txt")
     return manifests
 

@@ -22,8 +22,11 @@ tokenised, cased. Filters, in order, each counted:
 * a line without exactly 3 tab-separated fields -> quarantined ``bad_field_count``; a score that
   is not a finite number -> ``bad_score``;
 * ``score <= min_score`` (0.45, "a scaled threshold greater than 0.45") -> ``score_below_threshold``;
-* the shared line rules of :mod:`pipeline.corpora.dress`: ``invalid_utf8``, ``empty_src`` /
-  ``empty_tgt``, ``src_too_long`` / ``tgt_too_long`` (over ``max_tokens``, absurd input only);
+* the shared line rules of :mod:`pipeline.corpora.dress`: ``invalid_utf8``; ``nul_byte`` /
+  ``line_too_long`` / ``token_too_long`` (a NUL character, a line over ``max_line_chars``
+  characters, a token over ``max_token_chars``; checked on the whole line before its fields);
+  ``empty_src`` / ``empty_tgt``, ``src_too_long`` / ``tgt_too_long`` (over ``max_tokens``, absurd
+  input only);
 * ``write_corpus``: an exact duplicate of an earlier train pair -> ``duplicate_pair`` (if the
   good-partial file also holds the good pairs, they fall here); a source equal to a TurkCorpus
   source -> ``src_in_valid`` / ``src_in_test`` (the test sentences come from the same Wikipedia).
@@ -35,7 +38,9 @@ released layout (``kauchak_layout: v2``: ``normal.aligned`` / ``simple.aligned``
 ``article title TAB paragraph number TAB sentence``; fields != 3 -> ``bad_field_count``, titles of
 the two sides differing -> ``title_mismatch``) or with those columns stripped (``plain``: one
 sentence a line, as in ``shared/data/ew_sew_kauchak_v2_slice``). Unequal line counts ->
-``CorpusFormatError`` naming both files.
+``CorpusFormatError`` naming both files. Every file may be gzipped (TurkCorpus: ``<name>.gz``
+where ``<name>`` is missing); a truncated one is a ``CorpusFormatError`` naming it. A split left
+without rows (empty files, every line quarantined) is an ``EmptySplitError`` naming its files.
 
 TurkCorpus's ``.tok`` files are lowercased with ``-lrb-`` brackets and plain ``"`` quotes; the
 training side is brought to the same conventions so vocabularies and leakage checks agree:
@@ -60,7 +65,16 @@ from pathlib import Path
 import pyarrow as pa
 
 from models.config import dataclass_from_dict
-from pipeline.corpora.common import Quarantined, SplitStats, write_corpus
+from pipeline.corpora.common import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
+    Quarantined,
+    SplitStats,
+    TextLimits,
+    row_name,
+    write_corpus,
+)
 from pipeline.corpora.dress import (
     ChunkResult,
     decode_fields,
@@ -110,6 +124,8 @@ class Config:
     lowercase: bool = True  # TurkCorpus is lowercased
     turk_tokens: bool = True  # PTB escapes -> TurkCorpus's token forms
     max_tokens: int = 1000  # longer lines are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer line: line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     chunk_size: int = 5000
 
     @classmethod
@@ -130,6 +146,7 @@ class Config:
                 raise ValueError("ewsew kauchak_src_files and kauchak_tgt_files must be non-empty and pair up")
         if self.max_tokens < 1 or self.chunk_size < 1:
             raise ValueError("max_tokens and chunk_size must be >= 1")
+        TextLimits.of(self)
 
 
 # --------------------------------------------------------------------------- #
@@ -148,6 +165,7 @@ class _TrainSpec:
     max_tokens: int
     lowercase: bool
     turk_tokens: bool
+    limits: TextLimits = DEFAULT_LIMITS
 
 
 def turk_normalise(tokens: list[str], lowercase: bool) -> tuple[list[str], int]:
@@ -164,7 +182,7 @@ def _train_row(spec: _TrainSpec, line: int, src: list[str], tgt: list[str], scor
         tgt, n_tgt = turk_normalise(tgt, spec.lowercase)
         changed = n_src + n_tgt
     row = {
-        "id": f"{spec.names[0]}:{line}",
+        "id": f"{row_name(spec.names[0])}:{line}",
         "src": src,
         "tgt": tgt,
         "refs": [tgt],
@@ -188,6 +206,10 @@ def parse_hwang_chunk(spec: _TrainSpec, chunk: list[tuple[int, list[bytes]]]) ->
             bad = Quarantined("invalid_utf8", where, {"byte_offset": err.start, **preview([raw], [name])})
             out.append((bad, None))
             continue
+        hostile = spec.limits.check(text, where)
+        if hostile is not None:
+            out.append((hostile, None))
+            continue
         parts = text.split("\t")
         if len(parts) != 3:
             out.append((Quarantined("bad_field_count", where, {"fields": len(parts), "line": text[:300]}), None))
@@ -202,7 +224,9 @@ def parse_hwang_chunk(spec: _TrainSpec, chunk: list[tuple[int, list[bytes]]]) ->
         if score <= spec.min_score:
             out.append((Quarantined("score_below_threshold", where, {"score": score, "src": parts[0][:300]}), None))
             continue
-        fields = tokenise_fields(parts[:2], [name, name], ["src", "tgt"], line, spec.max_tokens, spec.lowercase)
+        fields = tokenise_fields(
+            parts[:2], [name, name], ["src", "tgt"], line, spec.max_tokens, spec.lowercase, spec.limits
+        )
         if isinstance(fields, Quarantined):
             out.append((fields, None))
             continue
@@ -215,7 +239,7 @@ def parse_kauchak_chunk(spec: _TrainSpec, chunk: list[tuple[int, list[bytes]]]) 
     out: ChunkResult = []
     for line, raw in chunk:
         if spec.layout == "plain":
-            fields = decode_fields(raw, spec.names, ["src", "tgt"], line, spec.max_tokens, spec.lowercase)
+            fields = decode_fields(raw, spec.names, ["src", "tgt"], line, spec.max_tokens, spec.lowercase, spec.limits)
         else:
             fields = _kauchak_v2_fields(spec, line, raw)
         if isinstance(fields, Quarantined):
@@ -227,7 +251,7 @@ def parse_kauchak_chunk(spec: _TrainSpec, chunk: list[tuple[int, list[bytes]]]) 
 
 def _kauchak_v2_fields(spec: _TrainSpec, line: int, raw: list[bytes]) -> list[list[str]] | Quarantined:
     """``title TAB paragraph TAB sentence`` on both sides; the titles must agree."""
-    texts = decode_fields(raw, spec.names, ["src", "tgt"], line, 10**9, False)  # UTF-8 check only
+    texts = decode_fields(raw, spec.names, ["src", "tgt"], line, 10**9, False, spec.limits)  # UTF-8, limits
     if isinstance(texts, Quarantined):
         return texts
     columns = [b.decode("utf-8").split("\t") for b in raw]
@@ -236,7 +260,8 @@ def _kauchak_v2_fields(spec: _TrainSpec, line: int, raw: list[bytes]) -> list[li
             return Quarantined("bad_field_count", f"{name}:{line}", {"fields": len(cols), **preview(raw, spec.names)})
     if columns[0][0] != columns[1][0]:
         return Quarantined("title_mismatch", f"{spec.names[0]}:{line}", preview(raw, spec.names))
-    return tokenise_fields([c[2] for c in columns], spec.names, ["src", "tgt"], line, spec.max_tokens, spec.lowercase)
+    sentences = [c[2] for c in columns]
+    return tokenise_fields(sentences, spec.names, ["src", "tgt"], line, spec.max_tokens, spec.lowercase, spec.limits)
 
 
 def _train_inputs(cfg: Config) -> list[tuple[list[Path], str]]:
@@ -252,7 +277,14 @@ def train_stream(cfg: Config, stats: SplitStats, map_chunks: Callable) -> Iterat
     for paths, origin in _train_inputs(cfg):
         layout = "hwang" if cfg.train_source == "hwang" else cfg.kauchak_layout
         spec = _TrainSpec(
-            tuple(p.name for p in paths), origin, layout, cfg.min_score, cfg.max_tokens, cfg.lowercase, cfg.turk_tokens
+            tuple(p.name for p in paths),
+            origin,
+            layout,
+            cfg.min_score,
+            cfg.max_tokens,
+            cfg.lowercase,
+            cfg.turk_tokens,
+            TextLimits.of(cfg),
         )
         fn = parse_hwang_chunk if layout == "hwang" else parse_kauchak_chunk
         chunks = chunked(iter_aligned(paths), cfg.chunk_size)
@@ -267,7 +299,15 @@ def train_stream(cfg: Config, stats: SplitStats, map_chunks: Callable) -> Iterat
 def eval_stream(cfg: Config, split: str, stats: SplitStats, map_chunks: Callable) -> Iterator:
     """TurkCorpus rows reshaped to this schema (``simp`` dropped, ``origin``/``score`` added)."""
     origin = f"turk_{PARTS[split]}"
-    items = turk_stream(cfg.turk_dir, split, stats, map_chunks, max_tokens=cfg.max_tokens, chunk_size=cfg.chunk_size)
+    items = turk_stream(
+        cfg.turk_dir,
+        split,
+        stats,
+        map_chunks,
+        max_tokens=cfg.max_tokens,
+        chunk_size=cfg.chunk_size,
+        limits=TextLimits.of(cfg),
+    )
     for item in items:
         if isinstance(item, Quarantined):
             yield item
@@ -288,7 +328,9 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         "valid": eval_stream(cfg, "valid", stats["valid"], map_chunks),
         "test": eval_stream(cfg, "test", stats["test"], map_chunks),
     }
-    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+    sources = {"train": [str(p) for paths, _ in _train_inputs(cfg) for p in paths]}
+    sources.update({s: [str(p) for p in part_paths(cfg.turk_dir, PARTS[s])] for s in PARTS})
+    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats, sources=sources)
 
 
 # --------------------------------------------------------------------------- #

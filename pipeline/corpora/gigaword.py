@@ -42,7 +42,10 @@ counts the train words and spills the pairs of each split to a private temporary
 reads the spill back, replaces rare words and writes the shards. Memory holds one chunk and the
 word counts.
 
-Structural record rules (every split, before the filters): ``non_story`` (a Gigaword ``type`` not
+Structural record rules (every split, before the filters): ``nul_byte`` / ``line_too_long`` /
+``token_too_long`` (a line of the document holds a NUL character, more than ``max_line_chars``
+characters, or a token over ``max_token_chars``: quarantined at that line, see
+:class:`pipeline.corpora.common.TextLimits`), ``non_story`` (a Gigaword ``type`` not
 in ``story_types``; TREC documents have no type and count as stories), ``no_doc_id``,
 ``no_headline`` (none, or nothing left after tokenising), ``no_text``, ``src_too_long`` (more than
 ``max_tokens`` lead tokens: absurd input), ``empty_headline`` (nothing left once ``TITLE_PUNCT`` is
@@ -58,13 +61,21 @@ or on their order. Rush et al. split by month files instead (their ``*.splits`` 
 same, give the test files in ``test_sgml_files`` (and set ``test_fraction: 0``).
 
 Rush files, bad input: different line counts of a pair -> ``CorpusFormatError`` naming both files
-(checked before anything is written); an empty line -> ``empty_src`` / ``empty_tgt``; bytes that
-are not UTF-8 -> ``invalid_utf8``; over ``max_tokens`` tokens -> ``src_too_long`` / ``tgt_too_long``.
+(checked before anything is written); bytes that are not UTF-8 -> ``invalid_utf8``; a NUL
+character -> ``nul_byte``; a line over ``max_line_chars`` characters -> ``line_too_long``; a token
+over ``max_token_chars`` characters -> ``token_too_long``; an empty line -> ``empty_src`` /
+``empty_tgt``; over ``max_tokens`` tokens -> ``src_too_long`` / ``tgt_too_long`` (first failing
+rule wins, in this order). Files may be gzipped (``.gz`` or gzip data, decompressed on the fly; a
+truncated or corrupt stream is a ``CorpusFormatError`` naming the file); row ids name the file
+without ``.gz``.
 They are read in this process, not through ``map_chunks`` (see ``_write_rush``: a worker would
 cost more in pickling than the split it saves).
 
 In both modes ``write_corpus`` then removes duplicate train pairs (``duplicate_pair``) and train
-pairs whose source is an evaluation source (``src_in_valid`` / ``src_in_test``).
+pairs whose source is an evaluation source (``src_in_valid`` / ``src_in_test``). A split left
+without rows (an empty file, every record quarantined) is an ``EmptySplitError`` naming its
+input files, and nothing is written -- except, in ``format: sgml``, the hash-drawn valid / test
+splits, which may come out empty on a small input (the test split of ``test_sgml_files`` may not).
 
 Rows: ``id`` = ``<file name>:<line>`` (rush) or the document id (sgml); ``refs = [tgt]``. Stats per
 split, over the rows handed to ``write_corpus`` (before its removals): ``src_tokens``,
@@ -93,14 +104,20 @@ import pyarrow as pa
 
 from models.config import dataclass_from_dict
 from pipeline.corpora.common import (
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
     CorpusFormatError,
     Quarantined,
     SplitStats,
+    TextLimits,
+    count_lines,
+    open_input,
     read_spill,
+    row_name,
     spill_by_split,
     write_corpus,
 )
-from pipeline.corpora.ldc_sgml import Doc, DocBlock, iter_doc_blocks, parse_doc
+from pipeline.corpora.ldc_sgml import Doc, DocBlock, check_block, iter_doc_blocks, parse_doc
 from pipeline.parallel import chunked, serial_map
 from pipeline.shards import make_schema
 from pipeline.text.normalize import normalize_unk, rush_normalize
@@ -192,6 +209,8 @@ class Config:
     encoding: str = "utf-8"
     # both
     max_tokens: int = 400  # longer lines / leads are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer line (rush) / document line (sgml): line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     chunk_size: int = 5000  # lines (rush) or documents (sgml, per map_chunks task) per chunk
 
     @classmethod
@@ -230,6 +249,7 @@ class Config:
             raise ValueError("gigaword: need 1 <= *_min_tokens <= *_max_tokens")
         if min(self.max_tokens, self.chunk_size) < 1:
             raise ValueError("gigaword: max_tokens and chunk_size must be >= 1")
+        TextLimits.of(self)  # max_line_chars, max_token_chars >= 1
 
 
 # --------------------------------------------------------------------------- #
@@ -393,7 +413,14 @@ def process_doc(doc: Doc, split: str, cfg: Config) -> tuple[tuple[str, list[str]
 def _sgml_chunk(cfg: Config, chunk: list[tuple[DocBlock, str | None]]) -> _ChunkResult:
     """Pass 1 over a chunk of raw documents (runs in a worker): parse, split, tokenise, filter."""
     out = _ChunkResult()
+    limits = TextLimits.of(cfg)
     for block, forced in chunk:
+        hostile = check_block(block, limits, cfg.encoding)
+        if hostile is not None:
+            split = forced or hash_split(f"{block.path}:{block.line}", cfg.valid_fraction, cfg.test_fraction)
+            out.items.append((split, hostile))
+            out.stats.setdefault(split, Counter())["docs"] += 1
+            continue
         try:
             doc = parse_doc(block, cfg.encoding)
         except UnicodeDecodeError as err:
@@ -508,24 +535,34 @@ def _write_sgml(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, 
             stats["train"].add("src_vocab", len(src_vocab))
             stats["train"].add("tgt_vocab", len(tgt_vocab))
         splits = {s: _spill_items(spill_dir / f"{s}.pkl", src_vocab, tgt_vocab, stats[s]) for s in SPLIT_NAMES}
-        return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats)
+        return write_corpus(
+            out_root,
+            splits,
+            SCHEMA,
+            params=_params(cfg),
+            stats=stats,
+            sources=sgml_sources(cfg),
+            optional_splits=sgml_optional_splits(cfg),
+        )
     finally:
         shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def sgml_sources(cfg: Config) -> dict[str, list[str]]:
+    """The input files behind each split (for the error about an empty split)."""
+    other = list(cfg.sgml_files)
+    return {"train": other, "valid": other, "test": list(cfg.test_sgml_files) or other}
+
+
+def sgml_optional_splits(cfg: Config) -> tuple[str, ...]:
+    """The hash-drawn evaluation splits, which a small input may leave empty; not the test split
+    of ``test_sgml_files``."""
+    return ("valid",) if cfg.test_sgml_files else ("valid", "test")
 
 
 # --------------------------------------------------------------------------- #
 # format: rush
 # --------------------------------------------------------------------------- #
-
-
-def count_lines(path: Path) -> int:
-    """Lines of a file (a last line without its newline counts), read in 1 MiB blocks."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
 
 
 def _rush_files(cfg: Config) -> dict[str, tuple[Path, Path]]:
@@ -555,24 +592,33 @@ def _preview(data: bytes) -> str:
     return data[:300].decode("utf-8", "backslashreplace")
 
 
-def _rush_chunk(max_tokens: int, names: tuple[str, str], chunk: list[tuple[int, bytes, bytes]]) -> tuple[list, dict]:
+def _rush_chunk(
+    max_tokens: int, limits: TextLimits, names: tuple[str, str], chunk: list[tuple[int, bytes, bytes]]
+) -> tuple[list, dict]:
     """Decode and split a chunk of aligned lines; the counts its rows add to the split's stats.
 
-    The common path is one decode and one ``str.split`` per side, and a substring test for the
-    test set's ``UNK`` (no regex, no per-token Python work): the files are tokenised already.
+    The common path is one decode and one ``str.split`` per side, a NUL test and a length test,
+    and a substring test for the test set's ``UNK`` (no regex, no per-token Python work unless a
+    line is longer than ``max_token_chars``): the files are tokenised already.
     """
-    src_name = names[0]
+    src_name = row_name(names[0])
+    short = min(limits.max_line_chars, limits.max_token_chars)
     out: list = []
     n_src = n_tgt = unk_src = unk_tgt = 0
     for line, s, t in chunk:
         try:
             a, b = s.decode("utf-8"), t.decode("utf-8")
         except UnicodeDecodeError:
-            out.append(_rush_reject(max_tokens, names, line, s, t))
+            out.append(_rush_reject(max_tokens, names, line, s, t, limits))
             continue
+        if "\x00" in a or "\x00" in b or len(a) > short or len(b) > short:
+            hostile = _hostile_pair(limits, names, line, a, b)
+            if hostile is not None:
+                out.append(hostile)
+                continue
         src, tgt = a.split(), b.split()
         if not src or not tgt or len(src) > max_tokens or len(tgt) > max_tokens:
-            out.append(_rush_reject(max_tokens, names, line, s, t))
+            out.append(_rush_reject(max_tokens, names, line, s, t, limits))
             continue
         if "UNK" in a:
             src = normalize_unk(src)
@@ -586,14 +632,32 @@ def _rush_chunk(max_tokens: int, names: tuple[str, str], chunk: list[tuple[int, 
     return out, {"src_tokens": n_src, "tgt_tokens": n_tgt, "src_unk": unk_src, "tgt_unk": unk_tgt}
 
 
-def _rush_reject(max_tokens: int, names: tuple[str, str], line: int, s: bytes, t: bytes) -> Quarantined:
-    """Why an aligned line pair cannot be a row: the first of invalid UTF-8, empty, too long."""
+def _hostile_pair(limits: TextLimits, names: tuple[str, str], line: int, a: str, b: str) -> Quarantined | None:
+    """The first side of a decoded pair with a NUL, an over-long line or token, quarantined."""
+    for text, name in ((a, names[0]), (b, names[1])):
+        found = limits.problem(text)
+        if found is not None:
+            reason, details = found
+            return Quarantined(reason, f"{name}:{line}", {**details, "src": a[:300], "tgt": b[:300]})
+    return None
+
+
+def _rush_reject(
+    max_tokens: int, names: tuple[str, str], line: int, s: bytes, t: bytes, limits: TextLimits
+) -> Quarantined:
+    """Why an aligned line pair cannot be a row: the first of invalid UTF-8, a NUL or an over-long
+    line or token (:class:`TextLimits`), empty, too many tokens."""
     preview = {"src": _preview(s), "tgt": _preview(t)}
-    for role, data, name in (("src", s, names[0]), ("tgt", t, names[1])):
+    for data, name in ((s, names[0]), (t, names[1])):
         try:
-            tokens = data.decode("utf-8").split()
+            data.decode("utf-8")
         except UnicodeDecodeError as err:
             return Quarantined("invalid_utf8", f"{name}:{line}", {"byte_offset": err.start, **preview})
+    hostile = _hostile_pair(limits, names, line, s.decode("utf-8"), t.decode("utf-8"))
+    if hostile is not None:
+        return hostile
+    for role, data, name in (("src", s, names[0]), ("tgt", t, names[1])):
+        tokens = data.decode("utf-8").split()
         if not tokens:
             return Quarantined(f"empty_{role}", f"{name}:{line}", preview)
         if len(tokens) > max_tokens:
@@ -605,7 +669,7 @@ def _rush_reject(max_tokens: int, names: tuple[str, str], line: int, s: bytes, t
 
 def _aligned_lines(src: Path, tgt: Path) -> Iterator[tuple[int, bytes, bytes]]:
     """``(line number, src bytes, tgt bytes)``, line ends and a leading BOM removed."""
-    with open(src, "rb") as fs, open(tgt, "rb") as ft:
+    with open_input(src) as fs, open_input(tgt) as ft:
         for line, s, t in zip(count(1), fs, ft):
             if line == 1:
                 s, t = s.removeprefix(codecs.BOM_UTF8), t.removeprefix(codecs.BOM_UTF8)
@@ -613,7 +677,7 @@ def _aligned_lines(src: Path, tgt: Path) -> Iterator[tuple[int, bytes, bytes]]:
 
 
 def _rush_items(src: Path, tgt: Path, cfg: Config, stats: SplitStats) -> Iterator:
-    fn = functools.partial(_rush_chunk, cfg.max_tokens, (src.name, tgt.name))
+    fn = functools.partial(_rush_chunk, cfg.max_tokens, TextLimits.of(cfg), (src.name, tgt.name))
     for items, counts in serial_map(fn, chunked(_aligned_lines(src, tgt), cfg.chunk_size)):
         for key, n in counts.items():
             stats.add(key, n)
@@ -630,7 +694,8 @@ def _write_rush(cfg: Config, out_root: Path) -> dict[str, dict]:
     files = _rush_files(cfg)
     stats = {s: SplitStats() for s in files}
     splits = {s: _rush_items(src, tgt, cfg, stats[s]) for s, (src, tgt) in files.items()}
-    return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats)
+    sources = {s: [str(p) for p in pair] for s, pair in files.items()}
+    return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats, sources=sources)
 
 
 # --------------------------------------------------------------------------- #

@@ -18,7 +18,9 @@ The pairs are Rush et al.'s (first sentence, headline), built by :mod:`pipeline.
 with every one of its settings (this ``Config`` extends its ``Config``): its document rules,
 ``filter.py`` filters, splits and bad-input handling apply unchanged, and its quarantine reasons
 (``non_story``, ``no_period``, ``bad_headline_word``, ``src_length``, ``tgt_length``, ``no_overlap``,
-``no_headline``, ``invalid_utf8``, ``empty_src`` ...) and stats (``docs``, ``filtered_<rule>``,
+``no_headline``, ``invalid_utf8``, ``nul_byte``, ``line_too_long``, ``token_too_long``,
+``empty_src`` ...), its limits (``max_tokens``, ``max_line_chars``, ``max_token_chars``), its
+gzip input, its empty-split errors and stats (``docs``, ``filtered_<rule>``,
 ``dateline_stripped``) carry over. By format:
 
 ``format: sgml`` (raw LDC Gigaword, cased; the paper's source) -- both modes.
@@ -51,7 +53,8 @@ rarer than 5 already ``<unk>``/``UNK``)
     ... system-generated named-entity tags" produce. Tokens are normalised (lowercase, digits
     ``#``) after their labels are read. A first line that is not ``word/LABEL`` is a
     ``CorpusFormatError`` (a plain Rush file given by mistake); a later malformed line is
-    quarantined ``bad_tags``. Line-level rules as in ``gigaword``: ``invalid_utf8``, ``empty_src`` /
+    quarantined ``bad_tags``. Line-level rules as in ``gigaword``: ``invalid_utf8``, ``nul_byte``,
+    ``line_too_long`` / ``token_too_long`` (``max_line_chars`` / ``max_token_chars``), ``empty_src`` /
     ``empty_tgt``, ``src_too_long`` / ``tgt_too_long`` (over ``max_tokens``), different line
     counts -> ``CorpusFormatError``.
 
@@ -95,12 +98,14 @@ from pipeline.corpora.common import (
     CorpusFormatError,
     Quarantined,
     SplitStats,
+    TextLimits,
     read_spill,
+    row_name,
     spill_by_split,
     write_corpus,
 )
 from pipeline.corpora.dress import decode_fields, iter_aligned, require_files
-from pipeline.corpora.ldc_sgml import Doc, DocBlock, parse_doc
+from pipeline.corpora.ldc_sgml import Doc, DocBlock, check_block, parse_doc
 from pipeline.parallel import chunked, serial_map
 from pipeline.shards import QUARANTINE_NAME, make_schema, read_split
 from pipeline.text.entities import (
@@ -250,7 +255,7 @@ def _write_unk(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, d
         stats["train"].add("src_vocab", len(src_vocab))
         stats["train"].add("tgt_vocab", len(tgt_vocab))
         splits = {s: _unk_items(stage / s, m, src_vocab, tgt_vocab, stats[s]) for s, m in staged.items()}
-        return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats)
+        return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats, **_split_rules(cfg))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -309,9 +314,16 @@ def _entity_row(
 def _sgml_entity_chunk(cfg: Config, tagger: Tagger, chunk: list[tuple[DocBlock, str | None]]) -> _EntityChunk:
     """Pass over a chunk of documents (runs in a worker): gigaword's rules, then tag and anonymise."""
     out = _EntityChunk()
+    limits = TextLimits.of(cfg)
     pending = []  # (index in out.items, split, doc id, where, src, tgt, src_cased, tgt_cased)
     for block, forced in chunk:
         where = f"{block.path}:{block.line}"
+        hostile = check_block(block, limits, cfg.encoding)
+        if hostile is not None:
+            split = forced or gigaword.hash_split(where, cfg.valid_fraction, cfg.test_fraction)
+            out.items.append((split, hostile))
+            out.stats.setdefault(split, Counter())["docs"] += 1
+            continue
         try:
             doc = parse_doc(block, cfg.encoding)
         except UnicodeDecodeError as err:
@@ -384,7 +396,7 @@ def _write_entity_sgml(cfg: Config, out_root: Path, map_chunks: Callable, tagger
         totals = _spill(map_chunks(functools.partial(_sgml_entity_chunk, cfg, tagger), blocks), spill_dir)
         stats = {s: SplitStats(dict(totals[s])) for s in SPLIT_NAMES}
         splits = {s: _read_spill(spill_dir / f"{s}.pkl", stats[s]) for s in SPLIT_NAMES}
-        return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats)
+        return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats, **_split_rules(cfg))
     finally:
         shutil.rmtree(spill_dir, ignore_errors=True)
 
@@ -399,10 +411,11 @@ def _tagged_chunk(
 ) -> tuple[list[dict | Quarantined], Counter]:
     """Decode, read the labels, normalise and anonymise a chunk of tagged line pairs."""
     names = (Path(paths[0]).name, Path(paths[1]).name)
+    limits = TextLimits.of(cfg)
     items: list[dict | Quarantined] = []
     counts: Counter = Counter()
     for line, raw in chunk:
-        fields_ = decode_fields(raw, names, ("src", "tgt"), line, cfg.max_tokens, False)
+        fields_ = decode_fields(raw, names, ("src", "tgt"), line, cfg.max_tokens, False, limits)
         if isinstance(fields_, Quarantined):
             items.append(fields_)
             continue
@@ -427,7 +440,14 @@ def _tagged_chunk(
         src, tgt = rush_normalize(src_cased), rush_normalize(tgt_cased)
         items.append(
             _entity_row(
-                f"{names[0]}:{line}", f"{names[0]}:{line}", src, src_labels, tgt, tgt_labels, cfg.entity_labels, counts
+                f"{row_name(names[0])}:{line}",
+                f"{names[0]}:{line}",
+                src,
+                src_labels,
+                tgt,
+                tgt_labels,
+                cfg.entity_labels,
+                counts,
             )
         )
     return items, counts
@@ -455,7 +475,15 @@ def _write_entity_tagged(cfg: Config, out_root: Path, map_chunks: Callable) -> d
     require_files([Path(p) for pair in files.values() for p in pair])
     stats = {s: SplitStats() for s in files}
     splits = {s: _tagged_items(cfg, paths, map_chunks, stats[s]) for s, paths in files.items()}
-    return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats)
+    return write_corpus(out_root, splits, SCHEMA, params=_params(cfg), stats=stats, sources=files)
+
+
+def _split_rules(cfg: Config) -> dict:
+    """``write_corpus``'s ``sources`` / ``optional_splits`` for the gigaword-built splits."""
+    if cfg.format == "sgml":
+        return {"sources": gigaword.sgml_sources(cfg), "optional_splits": gigaword.sgml_optional_splits(cfg)}
+    files = {s: [getattr(cfg, f"{s}_src_file"), getattr(cfg, f"{s}_tgt_file")] for s in SPLIT_NAMES}
+    return {"sources": {s: f for s, f in files.items() if f[0] is not None}}
 
 
 # --------------------------------------------------------------------------- #

@@ -50,13 +50,17 @@ structure is lost no later record can be trusted; a broken *record* is quarantin
   closes, or the file ends; ``<human_label>`` without its closing tag on its line); text or an
   unknown tag inside ``<doc>`` outside the elements; a file without any record.
 * Quarantine reasons: ``invalid_utf8`` (the first such line of the doc, whose structure is still
-  read with the bad bytes replaced / the TSV line), ``missing_summary``,
+  read with the bad bytes replaced / the TSV line), ``nul_byte`` / ``line_too_long`` (the first
+  line of the doc / the TSV line with a NUL character or over ``max_line_chars`` characters),
+  ``missing_summary``,
   ``missing_short_text``, ``duplicate_summary`` / ``duplicate_short_text`` /
   ``duplicate_human_label``, ``bad_human_label`` (not an integer 1-5), ``missing_human_label``
   (original format, valid/test only: the papers evaluate on scored pairs only), ``empty_summary``,
   ``empty_short_text``, ``summary_too_long`` / ``short_text_too_long`` (over ``max_chars``
   characters: a guard against absurd input, LCSTS texts have <= ~140; no paper filters by
-  length), and for TSV ``empty_line`` and ``bad_field_count`` (not exactly 2 tab-separated fields).
+  length), and for TSV ``empty_line`` and ``bad_field_count`` (not exactly 2 tab-separated fields);
+  after tokenising, ``token_too_long``: a token over ``max_token_chars`` characters (only the word
+  view can make one: the text has no spaces, so the limit applies to jieba's words, not to lines).
 * Filter (a paper rule, so counted in the manifest's ``stats``, not quarantined): a doc whose
   human_label < ``min_human_label`` is dropped, ``dropped_human_label_<k>``; every valid label read
   is counted ``human_label_<k>``. A doc without a label in the train file is kept (PART_I has none);
@@ -64,6 +68,11 @@ structure is lost no later record can be trusted; a broken *record* is quarantin
   label, the filter, empty, length): a label-1 doc with an empty summary is filtered, not quarantined.
 * Then :func:`~pipeline.corpora.common.write_corpus` quarantines train duplicates
   (``duplicate_pair``) and train sources equal to a valid/test source (``src_in_<split>``).
+
+* A file may be gzipped (``.gz``: the format is chosen by the name without it; a truncated or
+  corrupt stream is a ``CorpusFormatError`` naming the file; ids keep the name without ``.gz``);
+  a configured split left without rows (an empty file, every record quarantined or filtered)
+  is an ``EmptySplitError`` naming its file.
 
 Other ``stats``: ``src_tokens``, ``tgt_tokens``, ``tgt_tokens_in_src`` (summary tokens a copy
 mechanism can point at), over the rows the reader produced (before ``write_corpus`` removes train
@@ -89,9 +98,15 @@ import pyarrow as pa
 
 from models.config import dataclass_from_dict
 from pipeline.corpora.common import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
     CorpusFormatError,
     Quarantined,
     SplitStats,
+    TextLimits,
+    open_input,
+    row_name,
     write_corpus,
 )
 from pipeline.parallel import ProcessMap, chunked, serial_map
@@ -127,6 +142,8 @@ class Config:
     jieba_hmm: bool = True  # word view: jieba's HMM for unknown words
     cache_dir: str | None = "data/cache/jieba"  # word view: segmentation cache; null: none
     max_chars: int = 1000  # longer summaries / texts are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer raw line: line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer token (word view: a jieba word): token_too_long
     chunk_size: int = 5000  # records per map_chunks task
 
     @classmethod
@@ -144,6 +161,7 @@ class Config:
             raise ValueError(f"lcsts jieba_hmm must be true or false, got {self.jieba_hmm!r}")
         if self.max_chars < 1 or self.chunk_size < 1:
             raise ValueError("lcsts max_chars and chunk_size must be >= 1")
+        TextLimits.of(self)
 
     def split_files(self) -> dict[str, Path]:
         """``{split: file}`` for the configured splits, in train/valid/test order."""
@@ -164,6 +182,7 @@ class Pair(NamedTuple):
     summary: str
     text: str
     label: int | None
+    where: str = ""  # file:line, for a quarantine after tokenising
 
 
 # --------------------------------------------------------------------------- #
@@ -185,6 +204,7 @@ class RawDoc:
     fields: dict[str, list[str]] = field(default_factory=dict)  # element -> text of each occurrence
     labels: list[str] = field(default_factory=list)
     bad_utf8_line: int | None = None  # first line that was not UTF-8
+    hostile: tuple[int, str, dict] | None = None  # first line with a NUL or over max_line_chars
 
     def add(self, element: str, lines: list[str], stats: SplitStats) -> None:
         if len(lines) > 1:
@@ -194,7 +214,7 @@ class RawDoc:
 
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """``(line number, stripped text, was valid UTF-8)``; bad bytes become U+FFFD for structure."""
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         for number, raw in enumerate(fh, start=1):
             if number == 1:
                 raw = raw.removeprefix(BOM)
@@ -204,7 +224,7 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str, bool]]:
                 yield number, raw.decode("utf-8", "replace").strip(), False
 
 
-def parse_original(path: Path, stats: SplitStats) -> Iterator[RawDoc]:
+def parse_original(path: Path, stats: SplitStats, limits: TextLimits = DEFAULT_LIMITS) -> Iterator[RawDoc]:
     """The ``<doc>`` blocks of an original-format LCSTS file; CorpusFormatError on broken structure.
 
     Written by hand: the file is not XML (``<doc id=0>``, no root element), and a line-level state
@@ -226,6 +246,8 @@ def parse_original(path: Path, stats: SplitStats) -> Iterator[RawDoc]:
             continue
         if not utf8 and doc.bad_utf8_line is None:
             doc.bad_utf8_line = number
+        if doc.hostile is None and (found := limits.line_problem(line)) is not None:
+            doc.hostile = (number, *found)
         if element is not None:  # inside <summary> or <short_text>
             close = f"</{element}>"
             if line.endswith(close):
@@ -288,6 +310,9 @@ def check_doc(doc: RawDoc, name: str, labelled: bool, cfg: Config, stats: SplitS
     where = f"{name}:{doc.line}"
     if doc.bad_utf8_line is not None:
         return Quarantined("invalid_utf8", f"{name}:{doc.bad_utf8_line}", record)
+    if doc.hostile is not None:
+        line, reason, details = doc.hostile
+        return Quarantined(reason, f"{name}:{line}", {**details, **record})
     for el in ELEMENTS:
         n = len(doc.fields.get(el, []))
         if n != 1:
@@ -306,13 +331,13 @@ def check_doc(doc: RawDoc, name: str, labelled: bool, cfg: Config, stats: SplitS
     elif labelled:
         return Quarantined("missing_human_label", where, record)
     summary, text = doc.fields["summary"][0], doc.fields["short_text"][0]
-    return check_pair(f"{name}#{doc.doc_id}", where, summary, text, label, cfg, record)
+    return check_pair(f"{row_name(name)}#{doc.doc_id}", where, summary, text, label, cfg, record)
 
 
 def iter_original(path: Path, labelled: bool, cfg: Config, stats: SplitStats) -> Iterator[Pair | Quarantined]:
     """Checked records of an original-format file (label-filtered docs left out, counted)."""
     docs = 0
-    for doc in parse_original(path, stats):
+    for doc in parse_original(path, stats, TextLimits.of(cfg)):
         docs += 1
         item = check_doc(doc, path.name, labelled, cfg, stats)
         if item is not None:
@@ -333,7 +358,8 @@ def iter_tsv(path: Path, cfg: Config) -> Iterator[Pair | Quarantined]:
     while the reader would fail (or silently repair) the whole file.
     """
     number = 0
-    with open(path, "rb") as fh:
+    limits = TextLimits.of(cfg)
+    with open_input(path) as fh:
         for number, raw in enumerate(fh, start=1):
             raw = raw.rstrip(b"\r\n")
             if number == 1:
@@ -345,6 +371,9 @@ def iter_tsv(path: Path, cfg: Config) -> Iterator[Pair | Quarantined]:
                 preview = raw.decode("utf-8", "backslashreplace")[:PREVIEW]
                 yield Quarantined("invalid_utf8", where, {"byte_offset": err.start, "line": preview})
                 continue
+            if (found := limits.line_problem(line)) is not None:
+                yield Quarantined(found[0], where, {**found[1], "line": line[:PREVIEW]})
+                continue
             if not line.strip():
                 yield Quarantined("empty_line", where, {"line": line[:PREVIEW]})
                 continue
@@ -352,7 +381,8 @@ def iter_tsv(path: Path, cfg: Config) -> Iterator[Pair | Quarantined]:
             if len(fields) != 2:
                 yield Quarantined("bad_field_count", where, {"fields": len(fields), "line": line[:PREVIEW]})
                 continue
-            yield check_pair(where, where, fields[0].strip(), fields[1].strip(), None, cfg)
+            pair_id = f"{row_name(path.name)}:{number}"
+            yield check_pair(pair_id, where, fields[0].strip(), fields[1].strip(), None, cfg)
     if number == 0:
         raise CorpusFormatError(path, None, "empty file: no records")
 
@@ -367,7 +397,7 @@ def check_pair(
             return Quarantined(f"empty_{name}", where, record)
         if len(value) > cfg.max_chars:
             return Quarantined(f"{name}_too_long", where, {"chars": len(value), **record})
-    return Pair(pair_id, summary, text, label)
+    return Pair(pair_id, summary, text, label, where)
 
 
 # --------------------------------------------------------------------------- #
@@ -378,16 +408,21 @@ Tokenize = Callable[[Iterable[list[str]]], Iterator[list[list[str]]]]  # text ch
 
 
 def records(path: Path, split: str, cfg: Config, stats: SplitStats) -> Iterator[Pair | Quarantined]:
-    """The checked records of one split's file, whichever its format."""
-    if path.suffix.lower() == ".tsv":
+    """The checked records of one split's file, whichever its format (by its name without ``.gz``)."""
+    if Path(row_name(path.name)).suffix.lower() == ".tsv":
         return iter_tsv(path, cfg)
     return iter_original(path, labelled=split != "train", cfg=cfg, stats=stats)
 
 
 def to_rows(
-    items: Iterable[Pair | Quarantined], tokenize: Tokenize, chunk_size: int, stats: SplitStats
+    items: Iterable[Pair | Quarantined],
+    tokenize: Tokenize,
+    chunk_size: int,
+    stats: SplitStats,
+    limits: TextLimits | None = None,
 ) -> Iterator[dict | Quarantined]:
-    """Tokenise records chunk by chunk (summary, text, summary, text ...); yield rows in order."""
+    """Tokenise records chunk by chunk (summary, text, summary, text ...); yield rows in order.
+    ``limits``: quarantine a record with a token over ``max_token_chars`` (``token_too_long``)."""
     pending: deque[list] = deque()
 
     def text_chunks() -> Iterator[list[str]]:
@@ -404,6 +439,10 @@ def to_rows(
                 yield item
                 continue
             tgt, src = next(it), next(it)
+            if limits is not None and (found := limits.token_problem(tgt) or limits.token_problem(src)):
+                record = {"summary": item.summary[:PREVIEW], "short_text": item.text[:PREVIEW]}
+                yield Quarantined(found[0], item.where, {**found[1], **record})
+                continue
             source = set(src)
             src_n, tgt_n = src_n + len(src), tgt_n + len(tgt)
             copyable += sum(t in source for t in tgt)
@@ -429,11 +468,13 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         else functools.partial(segmenter.segment_chunks, map_chunks=map_chunks)
     )
     try:
+        limits = TextLimits.of(cfg) if segmenter is not None else None  # the char view's tokens are 1 character
         streams = {
-            split: to_rows(records(path, split, cfg, stats[split]), tokenize, cfg.chunk_size, stats[split])
+            split: to_rows(records(path, split, cfg, stats[split]), tokenize, cfg.chunk_size, stats[split], limits)
             for split, path in files.items()
         }
-        manifests = write_corpus(out_root, streams, SCHEMA, params=cfg.manifest_params(), stats=stats)
+        sources = {split: [str(path)] for split, path in files.items()}
+        manifests = write_corpus(out_root, streams, SCHEMA, params=cfg.manifest_params(), stats=stats, sources=sources)
     finally:
         if segmenter is not None:
             segmenter.close()

@@ -17,21 +17,24 @@ decoded, whitespace collapsed). :func:`iter_sgml_docs` does both.
 
 Malformed files raise ``CorpusFormatError`` at ``file:line``: an unclosed or stray ``<DOC> <DOCNO>
 <HEADLINE> <HEAD> <HL> <TEXT> <P>``, text outside ``<DOC>``, a document over ``MAX_DOC_BYTES``
-(16 MiB: a missing ``</DOC>``), a file without any ``<DOC>``. A document whose bytes do not
-decode raises ``UnicodeDecodeError`` from :func:`parse_doc` (readers quarantine it).
+(16 MiB: a missing ``</DOC>``), a file without any ``<DOC>``, a truncated or corrupt ``.gz``. A
+document whose bytes do not decode raises ``UnicodeDecodeError`` from :func:`parse_doc` (readers
+quarantine it); :func:`check_block` finds a document's NUL characters, over-long lines and tokens
+(``pipeline.corpora.common.TextLimits``) at their own line, for readers to quarantine. Files are
+opened by :func:`pipeline.corpora.common.open_input` (gzip by name or magic bytes); CRLF line ends
+read as LF.
 """
 
 from __future__ import annotations
 
 import codecs
-import gzip
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from pipeline.corpora.common import CorpusFormatError
+from pipeline.corpora.common import CorpusFormatError, GzipInput, Quarantined, TextLimits, open_input
 
 MAX_DOC_BYTES = 16 << 20  # a <DOC> larger than this is a missing </DOC>, not a document
 
@@ -61,9 +64,21 @@ class Doc:
 _TRACKED_TAG = re.compile(rb"<(/?)(DOC|DOCNO|HEADLINE|HEAD|HL|TEXT|P)(?=[\s>])[^>]*>")
 
 
-def open_binary(path: str | Path) -> IO[bytes]:
-    """The file's bytes, gunzipped when the name ends in ``.gz`` (LDC ships Gigaword gzipped)."""
-    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+def open_binary(path: str | Path) -> IO[bytes] | GzipInput:
+    """The file's bytes, gunzipped when it is gzip data (LDC ships Gigaword gzipped):
+    :func:`pipeline.corpora.common.open_input`."""
+    return open_input(path)
+
+
+def check_block(block: DocBlock, limits: TextLimits, encoding: str = "utf-8") -> Quarantined | None:
+    """The document quarantined at its first line with a NUL character, more than
+    ``max_line_chars`` characters or a token over ``max_token_chars`` (``nul_byte``,
+    ``line_too_long``, ``token_too_long``), or None. Undecodable bytes are replaced here (the
+    ``invalid_utf8`` rule is :func:`parse_doc`'s)."""
+    raw = block.raw
+    if b"\x00" not in raw and max(map(len, raw.split(b"\n"))) <= min(limits.max_line_chars, limits.max_token_chars):
+        return None  # bytes >= characters: no line can break a limit (the common case, checked in C)
+    return limits.check_lines(raw.decode(encoding, "replace"), block.path, block.line)
 
 
 def iter_doc_blocks(path: str | Path) -> Iterator[DocBlock]:
@@ -183,6 +198,8 @@ def _paragraphs(body: str) -> list[str]:
 def parse_doc(block: DocBlock, encoding: str = "utf-8") -> Doc:
     """Parse one document; ``UnicodeDecodeError`` if its bytes are not in ``encoding``."""
     text = block.raw.decode(encoding)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")  # CRLF files: paragraph breaks are blank lines
     attrs = dict(_ATTR.findall(m.group(1))) if (m := _DOC_OPEN.search(text)) else {}
     doc_id = attrs.get("id")
     if doc_id is None and (m := _DOCNO.search(text)):

@@ -24,7 +24,9 @@ pairs in the de-duplicated corpus. So: the test set is given, as ``test_file`` (
 from ``PWKP_108016``
 
 1. a block without a simple line -> quarantined ``block_without_simple``; a line that is not UTF-8
-   -> ``invalid_utf8``; a side over ``max_tokens`` tokens -> ``src_too_long``/``tgt_too_long``;
+   -> ``invalid_utf8``; a line with a NUL character, over ``max_line_chars`` characters or with a
+   token over ``max_token_chars`` -> ``nul_byte`` / ``line_too_long`` / ``token_too_long`` (at that
+   line); a side over ``max_tokens`` tokens -> ``src_too_long``/``tgt_too_long``;
 2. pairs whose complex sentence is a test source are removed -> ``src_in_test`` (no leakage);
 3. exact duplicate pairs are removed, first occurrence kept -> ``duplicate_pair``;
 4. ``valid_size`` (205) of the remaining pairs are drawn for validation, the rest is train.
@@ -38,6 +40,9 @@ this reader applies no modelling length cap. Pool-level removals (steps 1-3) are
 train split's quarantine; ``write_corpus`` then also removes train pairs whose complex sentence is
 a validation source (``src_in_valid``). A file with more than ``max_block_lines`` lines without a
 blank line is not in this format (missing separators): ``CorpusFormatError`` at the block start.
+Files may be gzipped (a truncated one is a ``CorpusFormatError`` naming it; ids keep the name
+without ``.gz``); a split left without rows is an ``EmptySplitError`` naming its files, and a pool
+too small for the validation draw is a ``CorpusFormatError`` naming ``pwkp_file``.
 
 Rows: ``id`` = ``<file name>:<line of the complex sentence>`` (test from DRESS files:
 ``<src file>:<line>``), ``refs`` = ``[tgt]``. Stats as in :mod:`pipeline.corpora.dress`, plus
@@ -57,10 +62,17 @@ import pyarrow as pa
 
 from models.config import dataclass_from_dict
 from pipeline.corpora.common import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
     CorpusFormatError,
+    EmptySplitError,
     Quarantined,
     SplitStats,
+    TextLimits,
+    open_input,
     pair_key,
+    row_name,
     write_corpus,
 )
 from pipeline.corpora.dress import (
@@ -94,6 +106,8 @@ class Config:
     valid_size: int = 205
     valid_seed: int = 2017
     max_tokens: int = 1000  # longer sides are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer line: line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     max_block_lines: int = 64  # more lines without a blank separator: not this format
     lowercase: bool = False
     chunk_size: int = 5000  # blocks per map_chunks task
@@ -108,6 +122,7 @@ class Config:
             raise ValueError("pwkp needs exactly one test set: test_file, or test_src_file with test_dst_file")
         if self.valid_size < 1 or self.max_tokens < 1 or self.max_block_lines < 2 or self.chunk_size < 1:
             raise ValueError("valid_size, max_tokens, chunk_size must be >= 1 and max_block_lines >= 2")
+        TextLimits.of(self)
 
 
 # --------------------------------------------------------------------------- #
@@ -123,7 +138,7 @@ def iter_blocks(path: Path, max_block_lines: int) -> Iterator[tuple[int, list[by
     """
     block: list[bytes] = []
     start = 0
-    with open(path, "rb") as fh:
+    with open_input(path) as fh:
         for number, raw in enumerate(fh, start=1):
             line = raw.rstrip(b"\r\n")
             if number == 1:
@@ -152,6 +167,7 @@ class _BlockSpec:
     name: str  # file name, for ids and file:line
     max_tokens: int
     lowercase: bool
+    limits: TextLimits = DEFAULT_LIMITS
 
 
 def parse_block_chunk(spec: _BlockSpec, chunk: list[tuple[int, list[bytes]]]) -> ChunkResult:
@@ -177,21 +193,26 @@ def _parse_block(spec: _BlockSpec, start: int, lines: list[bytes]) -> dict | Qua
         except UnicodeDecodeError as err:
             where = f"{spec.name}:{start + offset}"
             return Quarantined("invalid_utf8", where, {"byte_offset": err.start, **preview(lines, names)})
+    for offset, text in enumerate(texts):
+        found = spec.limits.problem(text)
+        if found is not None:
+            reason, details = found
+            return Quarantined(reason, f"{spec.name}:{start + offset}", {**details, **preview(lines, names)})
     if len(texts) < 2:
         return Quarantined("block_without_simple", f"{spec.name}:{start}", {"complex": texts[0][:300]})
     simple = " ".join(texts[1:])  # 1:n alignment: the simple sentences in order, as DRESS's .dst
-    fields = tokenise_fields(
-        [texts[0], simple], [spec.name, spec.name], ["src", "tgt"], start, spec.max_tokens, spec.lowercase
+    fields = tokenise_fields(  # the lines passed the limits above (the joined simple side may be longer)
+        [texts[0], simple], [spec.name, spec.name], ["src", "tgt"], start, spec.max_tokens, spec.lowercase, None
     )
     if isinstance(fields, Quarantined):
         return fields
     src, tgt = fields
-    return {"id": f"{spec.name}:{start}", "src": src, "tgt": tgt, "refs": [tgt]}
+    return {"id": f"{row_name(spec.name)}:{start}", "src": src, "tgt": tgt, "refs": [tgt]}
 
 
 def _block_items(path: Path, cfg: Config, map_chunks: Callable) -> Iterator[tuple]:
     """``(row or Quarantined, counts)`` for every block of ``path``, in file order."""
-    spec = _BlockSpec(Path(path).name, cfg.max_tokens, cfg.lowercase)
+    spec = _BlockSpec(Path(path).name, cfg.max_tokens, cfg.lowercase, TextLimits.of(cfg))
     chunks = chunked(iter_blocks(Path(path), cfg.max_block_lines), cfg.chunk_size)
     for result in map_chunks(functools.partial(parse_block_chunk, spec), chunks):
         yield from result
@@ -211,7 +232,7 @@ def zhu_test_stream(cfg: Config, stats: SplitStats, map_chunks: Callable) -> Ite
             yield item
         return
     paths = [Path(cfg.test_src_file), Path(cfg.test_dst_file)]
-    spec = DressSpec(tuple(p.name for p in paths), cfg.max_tokens, cfg.lowercase)
+    spec = DressSpec(tuple(p.name for p in paths), cfg.max_tokens, cfg.lowercase, limits=TextLimits.of(cfg))
     chunks = chunked(iter_aligned(paths), cfg.chunk_size)
     for item in stream_items(map_chunks, functools.partial(parse_dress_chunk, spec), chunks, stats):
         if isinstance(item, dict):
@@ -248,9 +269,10 @@ def draw_valid(cfg: Config, test_sources: set[bytes], map_chunks: Callable) -> _
         if len(heap) > cfg.valid_size:
             heapq.heappop(heap)
     if len(seen) <= cfg.valid_size:
-        raise ValueError(
-            f"{cfg.pwkp_file}: only {len(seen)} distinct non-test pairs; cannot draw {cfg.valid_size} for validation"
-        )
+        what = f"only {len(seen)} distinct non-test pairs; cannot draw {cfg.valid_size} for validation"
+        if not seen:
+            raise EmptySplitError("train", [cfg.pwkp_file], f"the train split would have no rows: {what}")
+        raise CorpusFormatError(cfg.pwkp_file, None, what)
     return _Draw(sorted((order, row, counts) for _, order, row, counts in heap), len(seen))
 
 
@@ -303,7 +325,8 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         "valid": valid_stream(draw, stats["valid"]),
         "test": zhu_test_stream(cfg, stats["test"], map_chunks),
     }
-    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+    sources = {"train": [cfg.pwkp_file], "valid": [cfg.pwkp_file], "test": [str(t) for t in tests]}
+    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats, sources=sources)
 
 
 # --------------------------------------------------------------------------- #

@@ -19,10 +19,14 @@ not a simplification). Evaluation splits are never de-duplicated.
 
 Bad input, with the shared rules of :mod:`pipeline.corpora.dress`: the 10 files of a part must
 have equal line counts (``CorpusFormatError`` naming both files); a non-UTF-8 line ->
-``invalid_utf8``; an empty source / simp / reference -> ``empty_src`` / ``empty_simp`` /
-``empty_ref`` (the whole record: a test item with 7 references would change the metric); over
-``max_tokens`` tokens -> ``<role>_too_long``. Stats: ``src_tokens``, ``ref_tokens`` (all 8
-references), ``ref_tokens_in_src``, ``refs_identical_to_src``.
+``invalid_utf8``; a NUL character, a line over ``max_line_chars`` characters or a token over
+``max_token_chars`` -> ``nul_byte`` / ``line_too_long`` / ``token_too_long``; an empty source /
+simp / reference -> ``empty_src`` / ``empty_simp`` / ``empty_ref`` (the whole record: a test item
+with 7 references would change the metric); over ``max_tokens`` tokens -> ``<role>_too_long``. A
+file may be gzipped (``<name>.gz`` read where ``<name>`` is missing; a truncated one is a
+``CorpusFormatError`` naming it). A configured split left without rows is an ``EmptySplitError``
+naming its files. Stats: ``src_tokens``, ``ref_tokens`` (all 8 references), ``ref_tokens_in_src``,
+``refs_identical_to_src``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,17 @@ from pathlib import Path
 import pyarrow as pa
 
 from models.config import dataclass_from_dict
-from pipeline.corpora.common import Quarantined, SplitStats, write_corpus
+from pipeline.corpora.common import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
+    Quarantined,
+    SplitStats,
+    TextLimits,
+    resolve_input,
+    row_name,
+    write_corpus,
+)
 from pipeline.corpora.dress import (
     ChunkResult,
     decode_fields,
@@ -60,6 +74,8 @@ class Config:
     splits: tuple[str, ...] = ("valid", "test")  # valid <- tune.*, test <- test.*
     n_refs: int = 8
     max_tokens: int = 1000  # longer lines are quarantined as absurd input
+    max_line_chars: int = MAX_LINE_CHARS  # a longer line: line_too_long
+    max_token_chars: int = MAX_TOKEN_CHARS  # a longer whitespace-separated token: token_too_long
     lowercase: bool = False  # the .tok files are lowercased already
     chunk_size: int = 5000
 
@@ -74,12 +90,15 @@ class Config:
             raise ValueError(f"turkcorpus splits must be distinct names from {list(PARTS)}, got {list(self.splits)}")
         if self.n_refs < 1 or self.max_tokens < 1 or self.chunk_size < 1:
             raise ValueError("n_refs, max_tokens and chunk_size must be >= 1")
+        TextLimits.of(self)
 
 
 def part_paths(data_dir: str | Path, part: str, n_refs: int = 8) -> list[Path]:
-    """norm, simp, turk.0 .. turk.{n_refs-1} of one part, in that order."""
+    """norm, simp, turk.0 .. turk.{n_refs-1} of one part, in that order (each ``<name>.gz`` if only
+    that exists)."""
     base = Path(data_dir) / f"{part}.8turkers.tok"
-    return [Path(f"{base}.norm"), Path(f"{base}.simp")] + [Path(f"{base}.turk.{k}") for k in range(n_refs)]
+    names = [f"{base}.norm", f"{base}.simp"] + [f"{base}.turk.{k}" for k in range(n_refs)]
+    return [resolve_input(name) for name in names]
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,7 @@ class _ChunkSpec:
     names: tuple[str, ...]  # norm, simp, turk.0 .. file names
     max_tokens: int
     lowercase: bool
+    limits: TextLimits = DEFAULT_LIMITS
 
 
 def parse_turk_chunk(spec: _ChunkSpec, chunk: list[tuple[int, list[bytes]]]) -> ChunkResult:
@@ -94,12 +114,12 @@ def parse_turk_chunk(spec: _ChunkSpec, chunk: list[tuple[int, list[bytes]]]) -> 
     roles = ("src", "simp") + ("ref",) * (len(spec.names) - 2)
     out: ChunkResult = []
     for line, raw in chunk:
-        fields = decode_fields(raw, spec.names, roles, line, spec.max_tokens, spec.lowercase)
+        fields = decode_fields(raw, spec.names, roles, line, spec.max_tokens, spec.lowercase, spec.limits)
         if isinstance(fields, Quarantined):
             out.append((fields, None))
             continue
         src, simp, refs = fields[0], fields[1], fields[2:]
-        row = {"id": f"{spec.names[0]}:{line}", "src": src, "tgt": refs[0], "refs": refs, "simp": simp}
+        row = {"id": f"{row_name(spec.names[0])}:{line}", "src": src, "tgt": refs[0], "refs": refs, "simp": simp}
         out.append((row, pair_counts(src, refs)))
     return out
 
@@ -113,10 +133,11 @@ def turk_stream(
     max_tokens: int = 1000,
     lowercase: bool = False,
     chunk_size: int = 5000,
+    limits: TextLimits = DEFAULT_LIMITS,
 ) -> Iterator:
     """Rows (with ``simp``) and quarantined records of one TurkCorpus split (``valid`` or ``test``)."""
     paths = part_paths(data_dir, PARTS[split], n_refs)
-    spec = _ChunkSpec(tuple(p.name for p in paths), max_tokens, lowercase)
+    spec = _ChunkSpec(tuple(p.name for p in paths), max_tokens, lowercase, limits)
     chunks = chunked(iter_aligned(paths), chunk_size)
     yield from stream_items(map_chunks, functools.partial(parse_turk_chunk, spec), chunks, stats)
 
@@ -127,11 +148,20 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     stats = {split: SplitStats() for split in cfg.splits}
     streams = {
         split: turk_stream(
-            cfg.data_dir, split, stats[split], map_chunks, cfg.n_refs, cfg.max_tokens, cfg.lowercase, cfg.chunk_size
+            cfg.data_dir,
+            split,
+            stats[split],
+            map_chunks,
+            cfg.n_refs,
+            cfg.max_tokens,
+            cfg.lowercase,
+            cfg.chunk_size,
+            TextLimits.of(cfg),
         )
         for split in cfg.splits
     }
-    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats)
+    sources = {s: [str(p) for p in part_paths(cfg.data_dir, PARTS[s], cfg.n_refs)] for s in cfg.splits}
+    return write_corpus(out_root, streams, SCHEMA, params=asdict(cfg), stats=stats, sources=sources)
 
 
 # --------------------------------------------------------------------------- #

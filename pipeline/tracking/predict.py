@@ -14,22 +14,36 @@ Two sources of a model:
 that the model copied) and appends a tab and the copied words; ``--beam N`` / ``--max-len N``
 override the decoding settings. An empty input line gives an empty output line, so outputs stay
 line-aligned with inputs.
+
+The model's serving limits (``params['serving']``, or the registered model's ``serving.json``)
+apply: every line is read (strict UTF-8) and checked before anything is decoded, and a line over
+a limit, a line that is not UTF-8, a ``--beam``/``--max-len`` over its cap, a checkpoint of another
+mechanism or vocabularies other than its own end the command with one line on stderr
+(``copyseq-predict: error: line N: ...``) and exit code 2, writing no output file. Lines are decoded
+in chunks of ``max_inputs``, each within ``request_timeout_s``. A line whose source tokens are mostly
+outside the vocabulary is decoded, with ``copyseq-predict: warning: line N: ...`` on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import pandas as pd
+
+PROG = "copyseq-predict"
+
+
+class PredictError(Exception):
+    """A user error reported as one line on stderr with exit code 2 (no traceback)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="copyseq-predict",
+        prog=PROG,
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -87,7 +101,7 @@ def checkpoint_model(args: argparse.Namespace):
     vocab = Path(args.vocab) if args.vocab else root / "data" / "vocab" / task
     subword = root / "data" / "shards" / task / "subword.model"
     config = ServingConfig.from_params(
-        task, mechanism, prepare, evaluate, device=args.device, pretokenized=args.pretokenized
+        task, mechanism, prepare, evaluate, params.get("serving"), device=args.device, pretokenized=args.pretokenized
     )
     return local_model(ckpt, vocab, config, subword if prepare.get("subword") else None)
 
@@ -119,33 +133,132 @@ def format_rows(frame: pd.DataFrame, show_copies: bool) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace, inp: TextIO, out: TextIO) -> int:
-    model = checkpoint_model(args) if args.checkpoint else registered_model(args.model)
-    texts = [line.rstrip("\r\n") for line in inp]
+def read_lines(inp: BinaryIO | TextIO) -> list[str]:
+    """The input's lines without their line ends; a line that is not UTF-8 is a PredictError naming it
+    (a byte stream is decoded strictly; a text stream's undecodable bytes, surrogate-escaped, are found too)."""
+    texts = []
+    for number, line in enumerate(inp, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise PredictError(
+                    f"line {number}: not valid UTF-8 (byte 0x{line[err.start]:02x} at byte {err.start + 1})"
+                ) from None
+        else:
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise PredictError(
+                    f"line {number}: not valid UTF-8 (undecodable byte at character {err.start + 1})"
+                ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark
+        texts.append(line.rstrip("\r\n"))
+    return texts
+
+
+def predictor_of(model):
+    """The :class:`pipeline.tracking.serving.Predictor` inside a local or a loaded pyfunc model; None
+    for a model logged before the serving limits existed (its own code checks nothing up front)."""
+    python_model = getattr(model, "python_model", None)
+    if python_model is None and hasattr(model, "unwrap_python_model"):
+        python_model = model.unwrap_python_model()
+    predictor = getattr(python_model, "predictor", None)
+    return predictor if hasattr(predictor, "check_text") else None
+
+
+def check_all(predictor, texts: Sequence[str], beam: int | None, max_len: int | None) -> None:
+    """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
+    from pipeline.tracking.serving import InputRejected
+
+    try:
+        predictor.check_params(beam, max_len)
+    except InputRejected as err:
+        raise PredictError(str(err).replace("beam_size=", "--beam ").replace("max_len=", "--max-len ")) from None
+    for i, text in enumerate(texts):
+        try:
+            predictor.check_text(i, text)
+        except InputRejected as err:
+            raise PredictError(f"line {i + 1}: {err.reason}") from None
+
+
+def chunks(n: int, size: int) -> Iterable[tuple[int, int]]:
+    return ((start, min(n, start + size)) for start in range(0, n, size))
+
+
+def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: TextIO | None = None) -> int:
+    """Decode every line of ``inp`` into ``out``; warnings to ``err`` (stderr). Returns the line count."""
+    from mlflow.exceptions import MlflowException
+
+    err = err or sys.stderr
+    texts = read_lines(inp)
+    try:
+        model = checkpoint_model(args) if args.checkpoint else registered_model(args.model)
+    except KeyError as exc:  # params without the task's settings
+        raise PredictError(str(exc.args[0]) if exc.args else repr(exc)) from None
+    except ValueError as exc:  # CheckpointError (another mechanism, other vocabularies), bad settings
+        raise PredictError(str(exc)) from None
     if not texts:
         return 0
+    predictor = predictor_of(model)
+    size = len(texts)
+    if predictor is not None:
+        check_all(predictor, texts, args.beam, args.max_len)
+        size = predictor.config.max_inputs
     params = {k: v for k, v in (("beam_size", args.beam), ("max_len", args.max_len)) if v is not None}
-    frame = model.predict(pd.DataFrame({"text": texts}), params=params or None)
-    for line in format_rows(frame, args.show_copies):
+    lines = []
+    for start, stop in chunks(len(texts), size):
+        try:
+            frame = model.predict(pd.DataFrame({"text": texts[start:stop]}), params=params or None)
+        except MlflowException as exc:
+            where = f"line {start + 1}" if stop - start == 1 else f"lines {start + 1}-{stop}"
+            row = getattr(exc, "index", None)
+            if row is not None:  # the reason without the request's row number (the line replaces it)
+                where, message = f"line {start + row + 1}", getattr(exc.__cause__, "reason", exc.message)
+            else:
+                message = exc.message
+            raise PredictError(f"{where}: {message}") from None
+        if "warning" in frame.columns:
+            for i, warning in enumerate(frame["warning"]):
+                if warning:
+                    print(f"{PROG}: warning: line {start + i + 1}: {warning}", file=err)
+        lines += format_rows(frame, args.show_copies)
+    for line in lines:
         out.write(line.replace("\n", " ") + "\n")
     return len(texts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    inp = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
-    try:
-        if args.output == "-":
-            run(args, inp, sys.stdout)
-        else:
-            from pipeline.shards import atomic_path
+    """The command; 0 on success, 2 (one line on stderr, no traceback) on a user error: a line that
+    is not UTF-8 or over a serving limit, a checkpoint that does not fit its settings, a missing file."""
+    from mlflow.exceptions import MlflowException
 
-            with atomic_path(Path(args.output)) as tmp, open(tmp, "w", encoding="utf-8") as out:
-                run(args, inp, out)
-    finally:
-        if inp is not sys.stdin:
-            inp.close()
+    args = parse_args(argv)
+    try:
+        inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
+        inp = inp if args.input == "-" else open(args.input, "rb")
+        try:
+            if args.output == "-":
+                run(args, inp, sys.stdout)
+            else:
+                from pipeline.shards import atomic_path
+
+                with atomic_path(Path(args.output)) as tmp, open(tmp, "w", encoding="utf-8") as out:
+                    run(args, inp, out)
+        finally:
+            if args.input != "-":
+                inp.close()
+    except (PredictError, OSError) as err:
+        return fail(str(err))
+    except MlflowException as err:  # a registered model that does not exist, a store that cannot be read
+        return fail(err.message)
     return 0
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: error: {message.strip().splitlines()[0] if message.strip() else message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -69,16 +69,51 @@ def metric_tags(metrics: dict) -> dict[str, str]:
     return tags
 
 
+FILE_TAG = "sha256"  # version tags sha256.<artifact file name>: the model files as registered
+
+
+def file_tags(files: dict[str, str]) -> dict[str, str]:
+    """``{artifact file name: sha256}`` -> the version tags that record them."""
+    return {f"{FILE_TAG}.{name}": digest for name, digest in files.items()}
+
+
+def stored_file_hashes(model_uri: str) -> dict[str, str]:
+    """sha256 of the model files as they are in the store (the files its serving.json lists, e.g.
+    model.pt and the vocabularies), after checking they are the files that were logged."""
+    import tempfile
+
+    import mlflow
+
+    from pipeline.shards import sha256_file
+
+    with tempfile.TemporaryDirectory(prefix="register-") as tmp:
+        root = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=tmp))
+        configs = sorted(root.rglob("serving.json"))
+        if len(configs) != 1:
+            return {}
+        logged = json.loads(configs[0].read_text(encoding="utf-8")).get("files", {})
+        stored = {}
+        for file_name, digest in logged.items():
+            found = sorted(root.rglob(file_name))
+            stored[file_name] = sha256_file(found[0]) if len(found) == 1 else "missing"
+            if stored[file_name] != digest:
+                raise TamperedModel(f"{model_uri}: {file_name} in the store is not the file that was logged")
+        return stored
+
+
 def register(model_uri: str, task: str, tags: dict | None = None, prefix: str = "") -> str:
     """Register ``model_uri`` (from :func:`pipeline.tracking.serving.log_pyfunc_model`) as a new version of
-    the task's model (created when missing), with ``tags`` on the version; returns the version."""
+    the task's model (created when missing), with ``tags`` on the version and the sha256 of its files
+    (``sha256.<file>``, checked again by :func:`verify_version` before the version is promoted);
+    returns the version."""
     import mlflow
 
     from pipeline.tracking.runs import tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
-    str_tags = {str(k): str(v) for k, v in (tags or {}).items()}
+    files = stored_file_hashes(model_uri)
+    str_tags = {str(k): str(v) for k, v in {**(tags or {}), **file_tags(files)}.items()}
     mv = mlflow.register_model(model_uri, model_name(task, prefix), tags={"task": task, **str_tags})
     return str(mv.version)
 
@@ -98,7 +133,7 @@ def set_champion(task: str, version: str | int, reason: str, prefix: str = "") -
     ``champion_history`` tag and description). Setting the version that already holds the alias
     records the reason again (a confirmation), it does not fail."""
     client, name, version = _client(), model_name(task, prefix), str(version)
-    client.get_model_version(name, version)  # fails clearly when the version does not exist
+    verify_version(name, version)  # fails clearly when the version does not exist or its files changed
     previous = champion(task, prefix)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     client.set_registered_model_alias(name, ALIAS, version)
@@ -197,3 +232,37 @@ def download_version(name: str, version: str | int, dst: Path) -> Path:
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
     return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst)))
+
+
+class TamperedModel(RuntimeError):
+    """A registered version's files are not the files it was registered with."""
+
+
+def verify_version(name: str, version: str | int) -> None:
+    """Download version ``version`` of ``name`` and check every file recorded at registration
+    (``sha256.<file>`` tags) has the same sha256 now; TamperedModel naming the file otherwise."""
+    import tempfile
+
+    from pipeline.shards import sha256_file
+
+    mv = _client().get_model_version(name, str(version))
+    expected = {k[len(FILE_TAG) + 1 :]: v for k, v in (mv.tags or {}).items() if k.startswith(f"{FILE_TAG}.")}
+    if not expected:
+        raise TamperedModel(
+            f"{name} version {version} records no file hashes (registered before they were kept); "
+            "re-register it before promoting it"
+        )
+    with tempfile.TemporaryDirectory(prefix="verify-") as tmp:
+        root = download_version(name, version, Path(tmp))
+        for file_name, digest in expected.items():
+            found = sorted(root.rglob(file_name))
+            if len(found) != 1:
+                raise TamperedModel(
+                    f"{name} version {version}: expected one {file_name} in its artifacts, found {len(found)}"
+                )
+            actual = sha256_file(found[0])
+            if actual != digest:
+                raise TamperedModel(
+                    f"{name} version {version}: {file_name} has sha256 {actual[:16]}..., registered with {digest[:16]}...; "
+                    "the stored model was changed after registration"
+                )
