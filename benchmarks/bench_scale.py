@@ -159,7 +159,12 @@ class MemorySampler:
         self._stop.set()
         self._thread.join()
         self.sample()
-        return {"peak_anon_mb": self.peak["RssAnon"], "peak_file_mb": self.peak["RssFile"]}
+        hwm = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM")]
+        return {
+            "peak_anon_mb": self.peak["RssAnon"],
+            "peak_file_mb": self.peak["RssFile"],
+            "vm_hwm_mb": int(hwm[0].split()[1]) // 1024 if hwm else None,
+        }
 
 
 def child(argv: list[str]) -> None:

@@ -20,6 +20,7 @@ corpus size. ``EncodedSplit`` memory-maps the parts back and builds padded batch
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ from pipeline.shards import ShardWriter, read_manifest
 from pipeline.vocab import BOS, EOS, PAD, UNK, Vocab
 
 POINTER_COLUMNS = ("tgt_pointer", "tgt_switch")
+RELEASE_EVERY = 16  # batches between EncodedSplit.release_pages (about 25 MB of mapped pages each at 64 rows)
 
 
 def encoded_schema(annotated: bool) -> pa.Schema:
@@ -170,19 +172,36 @@ class EncodedSplit:
             [0] + [part["rows"] for part in self.manifest["parts"]]
         )  # (parts + 1,) first row of each
         self._parts: list[pa.Table] | None = None
+        self._maps: list[mmap.mmap] = []
+        self._view_cache: dict[str, list] = {}
+        self._batches_built = 0
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_parts": None}
+        return {**self.__dict__, "_parts": None, "_maps": [], "_view_cache": {}}
 
     @property
     def parts(self) -> list[pa.Table]:
-        """The memory-mapped part tables (one Arrow chunk per column each), opened on first use."""
+        """The memory-mapped part tables (one Arrow chunk per column each), opened on first use.
+
+        Mapped with ``MADV_RANDOM``: training reads rows in random order, and the kernel's
+        read-ahead would otherwise fault in (and count as this process's resident memory) far
+        more of the file than the rows a batch takes."""
         if self._parts is None:
-            self._parts = []
+            self._parts, self._maps = [], []
             for part in self.manifest["parts"]:
-                source = pa.memory_map(str(self.split_dir / part["file"]), "r")
-                self._parts.append(pa.ipc.open_file(source).read_all())
+                with open(self.split_dir / part["file"], "rb") as fh:
+                    mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                mapped.madvise(mmap.MADV_RANDOM)
+                self._maps.append(mapped)
+                self._parts.append(pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all())
         return self._parts
+
+    def release_pages(self) -> None:
+        """Unmap the file pages batches have touched from this process (MADV_DONTNEED; they stay in
+        the page cache and fault back in when read again). Without it, every mapped page a run has
+        read counts in its resident memory, up to the whole split over an epoch."""
+        for mapped in self._maps:
+            mapped.madvise(mmap.MADV_DONTNEED)
 
     def __len__(self) -> int:
         return int(self.manifest["rows"])
@@ -205,27 +224,77 @@ class EncodedSplit:
             src = np.minimum(src, self.max_src_len)
         return np.maximum(src, 1), tgt + 1
 
-    def take(self, rows: np.ndarray) -> pa.Table:
-        """The given rows, in that order, taken part by part: ``Table.take`` on the concatenated parts
-        would first combine each column's chunks, i.e. copy the whole split into memory."""
-        rows = np.asarray(rows, dtype=np.int64)
-        part_of = np.searchsorted(self.bounds, rows, side="right") - 1  # (N,)
-        order = np.argsort(part_of, kind="stable")  # rows grouped by part
-        pieces = [
-            self.parts[p].take(pa.array(rows[order][part_of[order] == p] - self.bounds[p])) for p in np.unique(part_of)
-        ]
-        grouped = pa.concat_tables(pieces).combine_chunks()  # N rows only
-        back = np.empty_like(order)
-        back[order] = np.arange(len(rows))
-        return grouped.take(pa.array(back))  # the requested order
+    def _views(self, column: str) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+        """Per part: (offsets into the values buffer, values, values are bit-packed booleans) of a list
+        column, zero-copy numpy views of the mapped file (nothing is read until an element is)."""
+        views = self._view_cache.get(column)
+        if views is None:
+            views = []
+            for part in self.parts:
+                arr = part.column(column).chunk(0)
+                child = arr.values
+                bits = pa.types.is_boolean(child.type)
+                offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+                values = np.frombuffer(child.buffers()[1], dtype=np.uint8 if bits else np.int32)
+                views.append((offsets + child.offset if child.offset else offsets, values, bits))
+            self._view_cache[column] = views
+        return views
+
+    def _gather(
+        self,
+        column: str,
+        part_of: np.ndarray,
+        local: np.ndarray,
+        pad: int,
+        max_len: int | None = None,
+        empty: int | None = None,
+        width: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows' lists of ``column`` -> (padded (N, W) int64 matrix, lengths (N,)).
+
+        Only the selected rows' offsets and values are touched. (pyarrow's ``take`` reads far more
+        of each part than the rows it takes, and on the concatenated parts copies the whole split.)
+        ``max_len`` cuts rows; ``empty``: the single id an empty row gets (an empty source still
+        needs one position); ``width``: the matrix width (default: the longest row)."""
+        views = self._views(column)
+        starts = np.empty(len(local), dtype=np.int64)
+        lengths = np.empty(len(local), dtype=np.int64)
+        for p in np.unique(part_of):
+            sel = part_of == p
+            offsets = views[p][0]
+            starts[sel] = offsets[local[sel]]
+            lengths[sel] = offsets[local[sel] + 1] - starts[sel]
+        kept = np.minimum(lengths, max_len) if max_len else lengths
+        kept_out = np.maximum(kept, 1) if empty is not None else kept
+        cols = max(1, int(kept_out.max(initial=0))) if width is None else width
+        out = np.full((len(local), cols), pad, dtype=np.int64)
+        pos = np.arange(cols)
+        filled = pos[None, :] < np.minimum(kept, cols)[:, None]  # (N, W) positions that hold a value
+        for p in np.unique(part_of):
+            sel = np.flatnonzero(part_of == p)
+            _, values, bits = views[p]
+            index = starts[sel, None] + pos[None, :]  # (n, W) element positions in the part
+            mask = filled[sel]
+            at = index[mask]
+            block = out[sel]
+            block[mask] = (values[at >> 3] >> (at & 7)) & 1 if bits else values[at]
+            out[sel] = block
+        if empty is not None:
+            out[kept == 0, 0] = empty
+        return out, kept_out
 
     def batch(self, rows: np.ndarray, source_tokens: Vocab | None = None) -> Batch:
         """Rows (N,) -> Batch (no string work; ``source_tokens``: also give the source words, read from
         the source vocabulary, for a model that reads them, e.g. Read-Again's sentence ends)."""
-        part = self.take(rows)
-        src, src_len = _padded(part.column("src"), PAD, self.max_src_len, empty=EOS)
-        src_ext, _ = _padded(part.column("src_ext"), PAD, self.max_src_len, empty=EOS)
-        tgt, tgt_len = _padded(part.column("tgt"), PAD)
+        rows = np.asarray(rows, dtype=np.int64)
+        self._batches_built += 1
+        if self._batches_built % RELEASE_EVERY == 0:
+            self.release_pages()
+        part_of = np.searchsorted(self.bounds, rows, side="right") - 1  # (N,)
+        local = rows - self.bounds[part_of]  # (N,) row within its part
+        src, src_len = self._gather("src", part_of, local, PAD, self.max_src_len, empty=EOS)
+        src_ext, _ = self._gather("src_ext", part_of, local, PAD, self.max_src_len, empty=EOS)
+        tgt, tgt_len = self._gather("tgt", part_of, local, PAD)
         # Extended ids past the truncated source's own OOVs become <unk> (they were numbered by first
         # appearance, so the OOVs kept by a cut are exactly V .. V + k - 1).
         n_oov = np.maximum(src_ext.max(axis=1) - self.vocab + 1, 0)  # (B,)
@@ -240,8 +309,8 @@ class EncodedSplit:
         tgt_out[np.arange(bsz), tgt_len] = EOS
         pointer = switch = None
         if self.annotated:
-            ptr, _ = _padded(part.column("tgt_pointer"), -1, width=width + 1)
-            sw, _ = _padded(part.column("tgt_switch"), 0, width=width + 1)
+            ptr, _ = self._gather("tgt_pointer", part_of, local, -1, width=width + 1)
+            sw, _ = self._gather("tgt_switch", part_of, local, 0, width=width + 1)
             cut = ptr >= src_len[:, None]  # a pointer past a truncated source points nowhere
             pointer = torch.from_numpy(np.where(cut, -1, ptr))
             switch = torch.from_numpy((sw != 0) & ~cut)
@@ -256,37 +325,9 @@ class EncodedSplit:
             tgt_out=torch.from_numpy(tgt_out),
             n_ext=int(n_oov.max(initial=0)),
             oovs=[],
-            ids=part.column("id").to_pylist(),
+            ids=[self.parts[p].column("id").chunk(0)[j].as_py() for p, j in zip(part_of.tolist(), local.tolist())],
             src_tokens=tokens,
             tgt_tokens=[],
             tgt_pointer=pointer,
             tgt_switch=switch,
         )
-
-
-def _padded(
-    column: pa.ChunkedArray, pad: int, max_len: int | None = None, empty: int | None = None, width: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """A list<int32|bool> column -> (padded (N, W) int64 matrix, lengths (N,)), vectorised.
-
-    ``max_len`` cuts rows; ``empty``: the single id an empty row gets (an empty source still needs
-    one position); ``width``: the matrix width (default: the longest row)."""
-    arr = column.combine_chunks()
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    values = np.asarray(arr.values.to_numpy(zero_copy_only=False), dtype=np.int64)[offsets[0] : offsets[-1]]
-    offsets = offsets - offsets[0]
-    lengths = np.diff(offsets)
-    kept = np.minimum(lengths, max_len) if max_len else lengths
-    if empty is not None:
-        kept_out = np.maximum(kept, 1)
-    else:
-        kept_out = kept
-    cols = max(1, int(kept_out.max(initial=0))) if width is None else width
-    out = np.full((len(lengths), cols), pad, dtype=np.int64)
-    pos = np.arange(cols)
-    take = pos[None, :] < np.minimum(kept, cols)[:, None]  # (N, W) positions that hold a value
-    src_index = offsets[:-1, None] + pos[None, :]
-    out[take] = values[src_index[take]]
-    if empty is not None:
-        out[kept == 0, 0] = empty
-    return out, kept_out
