@@ -155,6 +155,26 @@ def test_plain_test_files_give_the_same_pairs(written, tmp_path):
     )
 
 
+def test_valid_set_from_another_folder_and_format(written, tmp_path):
+    """Validation on another WMT set (newstest2012, plain files in its own folder), test on newstest2011."""
+    valid_dir = tmp_path / "dev2012"
+    valid_dir.mkdir()
+    for lang in ("en", "fr"):
+        lines = (FIXTURES / "dev" / f"newstest2011.{lang}").read_text(encoding="utf-8").splitlines()
+        (valid_dir / f"newstest2012.{lang}").write_text(
+            "\n".join(f"{line} ." for line in lines[:2]) + "\n", encoding="utf-8"
+        )
+    out = tmp_path / "out"
+    manifests = E.write_splits(
+        fixture_config(valid_dir=str(valid_dir), valid_stem="newstest2012", valid_format="plain"), out
+    )
+    assert [r["id"] for r in read_split(out / "valid").to_pylist()] == ["newstest2012:1", "newstest2012:2"]
+    assert read_split(out / "test").to_pylist() == read_split(written[0] / "test").to_pylist()  # still 2011 (SGML)
+    assert manifests["valid"]["rows"] == 2
+    with pytest.raises(ValueError, match="valid_format"):
+        fixture_config(valid_format="xml")
+
+
 def test_options_direction_unmatched_escape(tmp_path):
     cfg = fixture_config(src_lang="fr", tgt_lang="en", eval_format="plain", dictionary_file=None)
     E.write_splits(cfg, tmp_path / "fr-en")

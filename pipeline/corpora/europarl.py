@@ -5,8 +5,10 @@ length up to 50 for English to French translation", with the dl4mt-material code
 ... are done on newstest2011 by using BLEU ... multi-bleu.perl ... on tokenized sentence pairs".
 The development set is not named in the paper; dl4mt-material (the code it used) early-stops on
 ``newstest2011`` as well (``valid_datasets=[.../newstest2011.en.tok, .../newstest2011.fr.tok]``),
-so by default ``valid`` and ``test`` are both newstest2011 (``valid_stem`` can name another WMT set,
-e.g. ``newstest2010``, when one is at hand). Europarl is the training split.
+so by default ``valid`` and ``test`` are both newstest2011. ``valid_stem`` / ``valid_dir`` /
+``valid_format`` name another WMT set for validation (the project's params: newstest2012, plain
+files in its own folder), so that model selection never sees the test set. Europarl is the training
+split.
 
 Inputs (the published formats)
     ``<europarl_dir>/<europarl_stem>.<lang>`` (``europarl-v7.fr-en.en`` / ``.fr``): line-aligned,
@@ -146,11 +148,13 @@ class Config:
     """Where the files are, the translation direction, and the section 5.3 settings."""
 
     europarl_dir: str  # holds <europarl_stem>.<src_lang> and .<tgt_lang>
-    newstest_dir: str  # a WMT dev/ folder with the valid and test sets
+    newstest_dir: str  # a WMT dev/ folder with the test set (and the valid set, unless valid_dir)
     europarl_stem: str = "europarl-v7.fr-en"
     valid_stem: str = "newstest2011"  # dl4mt-material's development set (the paper's code)
     test_stem: str = "newstest2011"  # section 5.3: "evaluations ... on newstest2011"
     eval_format: str = "sgm"  # sgm: <stem>-src/-ref .sgm matched by (docid, seg id); plain: <stem>.<lang>
+    valid_dir: str | None = None  # the valid set's folder when it is not newstest_dir (e.g. newstest2012's)
+    valid_format: str | None = None  # the valid set's format when it differs from eval_format
     src_lang: str = "en"  # section 5.3: English to French
     tgt_lang: str = "fr"
     max_len: int = 50  # train pairs with a side over this many tokens are filtered
@@ -167,8 +171,9 @@ class Config:
         return dataclass_from_dict(cls, d)
 
     def __post_init__(self) -> None:
-        if self.eval_format not in EVAL_FORMATS:
-            raise ValueError(f"europarl eval_format must be one of {EVAL_FORMATS}, got {self.eval_format!r}")
+        for name in ("eval_format", "valid_format"):
+            if getattr(self, name) not in (*EVAL_FORMATS, *([None] if name == "valid_format" else [])):
+                raise ValueError(f"europarl {name} must be one of {EVAL_FORMATS}, got {getattr(self, name)!r}")
         if self.unmatched not in UNMATCHED:
             raise ValueError(f"europarl unmatched must be one of {UNMATCHED}, got {self.unmatched!r}")
         if self.src_lang == self.tgt_lang:
@@ -185,9 +190,15 @@ class Config:
         base = Path(self.europarl_dir) / self.europarl_stem
         return resolve_input(f"{base}.{self.src_lang}"), resolve_input(f"{base}.{self.tgt_lang}")
 
-    def eval_paths(self, stem: str) -> tuple[Path, Path]:
-        folder = Path(self.newstest_dir)
-        if self.eval_format == "sgm":
+    def eval_set(self, split: str) -> tuple[str, Path, str]:
+        """(stem, folder, format) of the ``valid`` or ``test`` set."""
+        if split == "valid":
+            return self.valid_stem, Path(self.valid_dir or self.newstest_dir), self.valid_format or self.eval_format
+        return self.test_stem, Path(self.newstest_dir), self.eval_format
+
+    def eval_paths(self, split: str) -> tuple[Path, Path]:
+        stem, folder, fmt = self.eval_set(split)
+        if fmt == "sgm":
             pair = folder / f"{stem}-src.{self.src_lang}.sgm", folder / f"{stem}-ref.{self.tgt_lang}.sgm"
         else:
             pair = folder / f"{stem}.{self.src_lang}", folder / f"{stem}.{self.tgt_lang}"
@@ -375,9 +386,10 @@ def iter_sgm_pairs(src_path: Path, ref_path: Path, stem: str, tgt_lang: str) -> 
         )
 
 
-def eval_pairs(cfg: Config, stem: str) -> Iterator[RawPair]:
-    src, tgt = cfg.eval_paths(stem)
-    if cfg.eval_format == "sgm":
+def eval_pairs(cfg: Config, split: str) -> Iterator[RawPair]:
+    stem, _, fmt = cfg.eval_set(split)
+    src, tgt = cfg.eval_paths(split)
+    if fmt == "sgm":
         return iter_sgm_pairs(src, tgt, stem, cfg.tgt_lang)
     return iter_line_pairs(src, tgt, stem)
 
@@ -594,9 +606,9 @@ def eval_source_keys(cfg: Config, map_chunks: Callable) -> dict[bytes, str]:
     """``pair_key(src) -> split`` for the evaluation splits, first split wins (as write_corpus)."""
     spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, TextLimits.of(cfg), None)
     sources: dict[bytes, str] = {}
-    stems = [("valid", cfg.valid_stem)] + ([("test", cfg.test_stem)] if cfg.test_stem != cfg.valid_stem else [])
-    for split, stem in stems:
-        chunks = chunked(eval_pairs(cfg, stem), cfg.chunk_size)
+    splits = ["valid"] + (["test"] if cfg.eval_paths("test") != cfg.eval_paths("valid") else [])
+    for split in splits:
+        chunks = chunked(eval_pairs(cfg, split), cfg.chunk_size)
         for keys, _ in map_chunks(functools.partial(count_chunk, spec), chunks):
             for src_key, _, _ in keys:
                 sources.setdefault(src_key, split)
@@ -651,7 +663,7 @@ def _add_rates(stats: SplitStats) -> None:
 def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str, dict]:
     """Write ``out_root/{valid,test,train}`` and ``out_root/shortlist.<tgt_lang>.txt``; return the manifests."""
     out_root = Path(out_root)
-    inputs = [*cfg.train_paths(), *cfg.eval_paths(cfg.valid_stem), *cfg.eval_paths(cfg.test_stem)]
+    inputs = [*cfg.train_paths(), *cfg.eval_paths("valid"), *cfg.eval_paths("test")]
     require_files(inputs + ([Path(cfg.dictionary_file)] if cfg.dictionary_file else []))
     dictionary = load_dictionary(Path(cfg.dictionary_file)) if cfg.dictionary_file else {}
 
@@ -667,19 +679,17 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     train_spec = TokenSpec(cfg.src_lang, cfg.tgt_lang, cfg.escape, TextLimits.of(cfg), cfg.max_len)
     streams = {
         "valid": annotated_stream(
-            eval_pairs(cfg, cfg.valid_stem), eval_spec, rules, cfg.chunk_size, stats["valid"], map_chunks
+            eval_pairs(cfg, "valid"), eval_spec, rules, cfg.chunk_size, stats["valid"], map_chunks
         ),
-        "test": annotated_stream(
-            eval_pairs(cfg, cfg.test_stem), eval_spec, rules, cfg.chunk_size, stats["test"], map_chunks
-        ),
+        "test": annotated_stream(eval_pairs(cfg, "test"), eval_spec, rules, cfg.chunk_size, stats["test"], map_chunks),
         "train": annotated_stream(
             train_pairs(cfg), train_spec, rules, cfg.chunk_size, stats["train"], map_chunks, TrainGate(eval_sources)
         ),
     }
     params = {**asdict(cfg), "dictionary_sha256": sha256_file(cfg.dictionary_file) if cfg.dictionary_file else None}
     sources = {
-        "valid": [str(p) for p in cfg.eval_paths(cfg.valid_stem)],
-        "test": [str(p) for p in cfg.eval_paths(cfg.test_stem)],
+        "valid": [str(p) for p in cfg.eval_paths("valid")],
+        "test": [str(p) for p in cfg.eval_paths("test")],
         "train": [str(p) for p in cfg.train_paths()],
     }
     manifests = write_corpus(out_root, streams, SCHEMA, params=params, stats=stats, sources=sources)
