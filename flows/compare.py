@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 
 from prefect import flow, task
@@ -20,13 +21,7 @@ from pipeline.plots import grouped_bars
 from pipeline.shards import write_text_atomic
 from pipeline.tasks import effective_params, primary_metric, task_names
 from pipeline.tracking.registry import model_name, promote_best
-from pipeline.tracking.runs import (
-    RunLogger,
-    parent_run,
-    provenance_tags,
-    task_manifests,
-    task_params,
-)
+from pipeline.tracking.runs import log_to_run, parent_run, task_manifests, task_params
 
 
 def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
@@ -105,22 +100,38 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     write_text_atomic(md, text)
     png = write_plots(paths, metrics, cfg, kinds)
 
+    # The comparison goes on the pipeline's parent run itself, so the experiment's first screen (the
+    # parent run with the mechanisms folded under it) compares them: one metric per mechanism and
+    # split (e.g. copynet.test.top1), the table and the chart as artifacts.
     experiment = f"{tracking['experiment_prefix']}{task_name}"
     parent = parent_run(experiment, task_name, task_params(params, task_name), manifests, root=paths.root)
-    with RunLogger(
-        experiment,
-        "comparison",
-        parent_run_id=parent,
-        tags={
-            **provenance_tags(manifests, task_name, None, paths.root),
-            "task": task_name,
-            "kind": "comparison",
-            "champion_version": str(champ),
-        },
-    ) as run:
-        run.artifact(md)
-        run.artifact(png)
+    csv_path = paths.comparison_plot(task_name)
+    log_to_run(
+        parent,
+        comparison_metrics(metrics),
+        [md, png, csv_path],
+        finished_at_ms=int(time.time() * 1000),
+        tags={"champion_version": str(champ)},
+    )
     return text
+
+
+def comparison_metrics(metrics: dict[str, dict]) -> dict[str, float]:
+    """``<mechanism>.<split>.<key>`` for every number a mechanism's metrics.json has per split
+    (groups too: ``copynet.test.x->xx.top1``)."""
+    flat = {}
+    for mech, per_split in metrics.items():
+        for split, values in per_split.items():
+            if not isinstance(values, dict):
+                continue
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "n":
+                    flat[f"{mech}.{split}.{key}"] = value
+            for group, group_values in (values.get("groups") or {}).items():
+                for key, value in group_values.items():
+                    if isinstance(value, (int, float)) and key != "n":
+                        flat[f"{mech}.{split}.{group}.{key}"] = value
+    return flat
 
 
 @flow(name="compare")

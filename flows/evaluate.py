@@ -31,7 +31,7 @@ from pipeline.tasks import effective_params
 from pipeline.tracking.registry import metric_tags, register
 from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
 from pipeline.tracking.serving import ServingConfig, log_pyfunc_model
-from pipeline.train import first_rows, resolve_device
+from pipeline.train import compute_settings, first_rows, resolve_device
 from pipeline.vocab import Vocab
 
 
@@ -119,6 +119,7 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
     cfg = EvalConfig.from_dict({k: v for k, v in ev.items() if k != "heatmap"})
     paths = TaskPaths(task_name, project_root(params_path))
     device = resolve_device(cfg.device)
+    compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
     run_id = training_run(paths, mechanism)
     model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, stamp=run_id)
@@ -131,6 +132,7 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
     tracking = section(params, "tracking")
     with RunLogger(f"{tracking['experiment_prefix']}{task_name}", mechanism, run_id) as run:
         run.metrics(metrics)
+        run.mlflow.set_tags({f"evaluate.compute.{k}": str(v) for k, v in compute.items()})
         run.artifact(plot)
         run.artifact(paths.evaluation(mechanism) / "metrics.json")
         for split in splits:

@@ -27,6 +27,7 @@ from pipeline.tracking.runs import (
     task_manifests,
     task_params,
 )
+from pipeline.train import compute_settings
 from pipeline.train_job import TrainJob, worker_args
 
 
@@ -77,6 +78,8 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
         write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity})
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg), **sizes})
+        compute = compute_settings(train_cfg.threads, train_cfg.deterministic)  # what fixes the results
+        run.mlflow.set_tags({f"train.compute.{k}": str(v) for k, v in compute.items()})
         if job.distributed:
             cmd = torchrun_command(
                 "pipeline.train_job",

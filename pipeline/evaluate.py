@@ -39,6 +39,8 @@ class EvalConfig:
     split_metrics: tuple[tuple[str, str], ...] = ()
     optional_splits: tuple[str, ...] = ()  # evaluated when their shards exist (e.g. DUC 2004)
     max_examples: int | None = None  # the first N rows of each split only (cpu presets)
+    threads: int = 0  # torch CPU threads (0: torch's default); fixed for the same results everywhere
+    deterministic: bool = False  # torch.use_deterministic_algorithms while decoding
 
     @classmethod
     def from_dict(cls, d: dict) -> EvalConfig:

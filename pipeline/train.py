@@ -61,7 +61,8 @@ class TrainConfig:
     seed: int = 1234
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     max_src_len: int | None = None
-    threads: int = 0  # torch CPU threads (0: torch's default)
+    threads: int = 0  # torch CPU threads (0: torch's default); a fixed count fixes the reduction order
+    deterministic: bool = False  # torch.use_deterministic_algorithms: the same params give the same weights
     optimizer: str = "adam"  # adam | sgd (Read-Again 4.1: SGD, lr 2, halved after epoch 5)
     lr_halve_after: int | None = None  # halve the learning rate after every epoch >= this one
     warmup_steps: int = 0  # linear warm-up over the first N optimizer steps
@@ -134,6 +135,24 @@ def autocast(device: torch.device, amp: str = "auto"):
     output layers score in float32 (models.seq2seq.at_least_fp32)."""
     enabled = amp == "bf16" or (amp == "auto" and device.type == "cuda")
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def compute_settings(threads: int, deterministic: bool) -> dict:
+    """Fix what decides the floating-point reduction order of a stage (thread count, deterministic
+    kernels; on CUDA also cuBLAS's workspace) and return it, to be recorded with the run."""
+    import os
+
+    if threads:
+        torch.set_num_threads(threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (CUDA >= 10.2)
+        torch.use_deterministic_algorithms(True)
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
 
 
 def seed_everything(seed: int) -> None:
@@ -287,8 +306,7 @@ def train(
     and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
     ckpt_dir = Path(ckpt_dir)
     device = resolve_device(cfg.device, ctx)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    compute_settings(cfg.threads, cfg.deterministic)
     model.to(device)
     net = (
         DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -394,7 +412,9 @@ def train(
             unit="batch",
             initial=prog.batch,
             total=len(batches),
-            disable=(not ctx.is_main) if progress is None else not progress,
+            disable=True
+            if not ctx.is_main
+            else (None if progress is None else not progress),  # None: off without a TTY
             mininterval=1.0,
             leave=False,
         )

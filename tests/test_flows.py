@@ -62,7 +62,18 @@ def test_all_flows_end_to_end(harness, tiny_project):
         m = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())
         assert by_name[mech]["metrics.test.top1"] == pytest.approx(m["test"]["top1"])
         assert by_name[mech]["metrics.valid_loss"] > 0
-    assert "comparison" in by_name
+    # The experiment opens on runs (a model-training experiment), and the pipeline's parent run
+    # holds the comparison: a metric per mechanism and split, the table and the chart.
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name("copy_rules")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    [parent] = [r for _, r in runs.iterrows() if r["tags.kind"] == "pipeline"]
+    cn = json.loads((tiny_project / "data/eval/runs/copy_rules/copynet/metrics.json").read_text())
+    assert parent["metrics.copynet.test.top1"] == pytest.approx(cn["test"]["top1"])
+    assert parent["metrics.rnnsearch.test_unseen.top1"] >= 0 and parent["status"] == "FINISHED"
+    names = {a.path for a in client.list_artifacts(parent["run_id"])}
+    assert {"copy_rules.md", "copy_rules.png", "copy_rules.csv"} <= names
+    assert all(by_name[m]["tags.mlflow.parentRunId"] == parent["run_id"] for m in ("rnnsearch", "copynet"))
 
 
 _FAILED_ONCE: set[int] = set()

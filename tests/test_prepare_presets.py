@@ -29,7 +29,7 @@ PRESETS = {
         {"train": 2512, "valid": 3003, "test": 3003},
         {"train": {"longer_than_max_len": 463, "duplicate_pair": 19, "empty_tgt": 6}},
     ),
-    "gigaword": ("", {"train": 881, "test": 1451, "valid": 587}, {"train": {"duplicate_pair": 119}}),
+    "gigaword": ("", {"train": 20213, "test": 1451, "valid": 587}, {"train": {}}),  # gigaword_train_20k is deduplicated
     "gigaword_raw": (
         "gigaword_raw_cna_sample",
         {"train": 1045, "valid": 56, "test": 67},

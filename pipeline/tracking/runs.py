@@ -165,6 +165,19 @@ def _param_items(params: dict) -> list[tuple[str, str]]:
     ]
 
 
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")  # the UI opens such an experiment on its runs
+
+
+def use_experiment(mlflow, name: str):
+    """``mlflow.set_experiment(name)``, tagged as a model-training experiment: without the tag,
+    MLflow 3's UI guesses the kind and may open the experiment on its (empty) GenAI traces page."""
+    exp = mlflow.set_experiment(name)
+    key, value = EXPERIMENT_KIND
+    if (exp.tags or {}).get(key) != value:
+        mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, key, value)
+    return exp
+
+
 def parent_run(
     experiment: str,
     task: str,
@@ -183,7 +196,7 @@ def parent_run(
 
     mlflow = _mlflow()
     client = mlflow.MlflowClient()
-    exp = mlflow.set_experiment(experiment)
+    exp = use_experiment(mlflow, experiment)
     key = pipeline_key(task, key_params, manifests, git_commit(Path(root)))
     query = f"tags.pipeline_key = '{key}' and tags.kind = 'pipeline'"
 
@@ -254,7 +267,7 @@ class RunLogger:
         parent_run_id: str | None = None,
     ):
         self.mlflow = _mlflow()
-        self.mlflow.set_experiment(experiment)
+        use_experiment(self.mlflow, experiment)
         parent = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
         if run_id is not None and self._exists(run_id):
             self.run = self.mlflow.start_run(run_id=run_id)
@@ -299,3 +312,30 @@ class RunLogger:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close("FAILED" if exc_type else "FINISHED")
+
+
+def log_to_run(
+    run_id: str,
+    metrics: dict[str, float] | None = None,
+    artifacts: list[Path] = (),
+    finished_at_ms: int | None = None,
+    tags: dict[str, str] | None = None,
+) -> None:
+    """Metrics and artifacts on an existing run (the pipeline's parent run), from any process;
+    ``finished_at_ms``: mark the run FINISHED at that time (the parent's duration then spans the
+    pipeline run instead of its creation only)."""
+    import time
+
+    from mlflow.entities import Metric
+
+    client = _mlflow().MlflowClient()
+    now = int(time.time() * 1000)
+    items = [Metric(metric_name(k), float(v), now, 0) for k, v in (metrics or {}).items()]
+    for start in range(0, len(items), 1000):  # log_batch takes at most 1000 metrics
+        client.log_batch(run_id, metrics=items[start : start + 1000])
+    for path in artifacts:
+        client.log_artifact(run_id, str(path))
+    for key, value in (tags or {}).items():
+        client.set_tag(run_id, key, str(value))
+    if finished_at_ms is not None:
+        client.set_terminated(run_id, "FINISHED", end_time=finished_at_ms)
