@@ -315,7 +315,11 @@ def train(
     )
     optimizer = _optimizer(cfg, model, device)
     schedule, stopper, prog = cfg.schedule(), EarlyStopping(cfg.patience, cfg.min_delta), Progress()
-    fp = fingerprint(asdict(cfg), model_config, {"data": data_hash})
+    # A run resumes only its own last.pt: same settings, data and training run. The stamp is in the
+    # fingerprint because model.pt (the best validation so far) may date from before the interruption:
+    # resumed under another run (its MLflow run was not found again), that model would carry the
+    # other run's stamp, and evaluate would rightly refuse it. Such a run starts afresh instead.
+    fp = fingerprint(asdict(cfg), model_config, {"data": data_hash, **(model_info or {})})
 
     last = ckpt_dir / "last.pt"
     if ctx.is_main:  # temp files of a write that a killed run never finished
@@ -323,6 +327,8 @@ def train(
             stale.unlink(missing_ok=True)
     ckpt = _load_resumable(last, device)
     resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
+    if ckpt is not None and ckpt.get("fingerprint") != fp and ctx.is_main:
+        print(f"{last} is of other settings, data or training run; starting afresh", file=sys.stderr)
     if not resumed and ctx.is_main:  # a fresh run: no output of a previous run may stay behind as its own
         for name in ("model.pt", "history.json"):
             (ckpt_dir / name).unlink(missing_ok=True)

@@ -170,6 +170,43 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], abs=1e-12)
 
 
+def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(data, tmp_path, capsys):
+    """model.pt may date from before the interruption; continued under another training run (its
+    MLflow run was not found again), it would carry the first run's stamp. Such a run starts afresh."""
+    _, encoded, src, tgt = data
+    cfg = _cfg(src, tgt)
+
+    def run(stamp: str, on_step=None):
+        return train(
+            build_seeded_model("copynet", cfg, 0),
+            encoded["train"],
+            encoded["valid"],
+            TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1, log_every=1),
+            tmp_path,
+            model_config=vars(cfg),
+            data_hash="d",
+            progress=False,
+            on_step=on_step,
+            model_info={"mechanism": "copynet", "stamp": stamp},
+        )
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(row):
+        if row["step"] == 5:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run("run-a", stop_at_5)
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["stamp"] == "run-a"  # the best before step 5
+    capsys.readouterr()
+    history = run("run-b")
+    assert "starting afresh" in capsys.readouterr().err
+    assert [r["epoch"] for r in history] == [0, 1, 2, 3]  # from the start, not from step 4
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["stamp"] == "run-b"
+
+
 def test_rerun_after_a_completed_run_starts_afresh(data, tmp_path):
     """DVC reruns a finished training after a code change: that must retrain, not resume."""
     first, _ = _run(data, tmp_path / "d")
