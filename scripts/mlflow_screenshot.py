@@ -4,7 +4,9 @@ Starts `mlflow server` on 127.0.0.1 over the given store, opens the experiment p
 Chromium (Debian's `chromium` package; install it with `apt-get install chromium`), saves a PNG
 and stops the server. Not part of CI.
 
-    .venv/bin/python scripts/mlflow_screenshot.py --experiment copy_rules --out docs/img/mlflow_copy_rules.png
+    .venv/bin/python scripts/mlflow_screenshot.py --experiment copy_rules --out /tmp/experiment.png
+    .venv/bin/python scripts/mlflow_screenshot.py --run-of pipeline --size 1600,1100 \
+        --out docs/img/mlflow_copy_rules_pipeline_run.png   # the image in docs/tracking.md
     .venv/bin/python scripts/mlflow_screenshot.py --tracking-uri sqlite:////path/to/mlflow.db --run-of copynet
 """
 
@@ -57,7 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tracking-uri", default=f"sqlite:///{REPO / 'mlflow.db'}")
     p.add_argument("--experiment", default="copy_rules")
-    p.add_argument("--run-of", default=None, help="screenshot this mechanism's run page instead of the experiment")
+    p.add_argument(
+        "--run-of", default=None, help="screenshot this mechanism's run page (or 'pipeline': the parent run's)"
+    )
     p.add_argument("--out", type=Path, default=REPO / "docs" / "img" / "mlflow_experiment.png")
     p.add_argument("--size", default="1600,1000", help="window width,height")
     p.add_argument("--wait-ms", type=int, default=20000, help="virtual time Chromium gives the page to render")
@@ -75,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     path = f"#/experiments/{experiment.experiment_id}"
     query = "?workflowType=machine_learning"  # the UI's Model training mode (its default is GenAI)
     if args.run_of:
-        runs = client.search_runs([experiment.experiment_id], f"tags.mechanism = '{args.run_of}'", max_results=1)
+        which = "tags.kind = 'pipeline'" if args.run_of == "pipeline" else f"tags.mechanism = '{args.run_of}'"
+        runs = client.search_runs([experiment.experiment_id], which, max_results=1)
         if not runs:
             sys.exit(f"no run of {args.run_of!r} in {args.experiment}")
         path += f"/runs/{runs[0].info.run_id}"
