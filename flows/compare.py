@@ -13,7 +13,7 @@ from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from models import DISPLAY_NAMES
-from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows
+from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows, ranking_line
 from pipeline.evaluate import EvalConfig
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
@@ -21,7 +21,14 @@ from pipeline.plots import grouped_bars
 from pipeline.shards import write_text_atomic
 from pipeline.tasks import effective_params, primary_metric, task_names
 from pipeline.tracking.registry import model_name, promote_best
-from pipeline.tracking.runs import log_to_run, parent_run, task_manifests, task_params
+from pipeline.tracking.runs import (
+    describe_experiment,
+    git_commit,
+    log_to_run,
+    parent_run,
+    task_manifests,
+    task_params,
+)
 
 
 def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
@@ -113,6 +120,12 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
         finished_at_ms=int(time.time() * 1000),
         tags={"champion_version": str(champ)},
     )
+    # The experiment's description is the first thing its page shows: the mechanisms ranked on one
+    # line, the full tables when expanded. Each pipeline run replaces it with its own.
+    split, key, higher = primary_metric(params, task_name)
+    ranking = ranking_line(metrics, split, key, higher, DISPLAY_NAMES, digits=1)  # as the tables
+    commit = git_commit(paths.root)[:7]
+    describe_experiment(experiment, f"**{ranking}**\n\nPipeline run of commit {commit}.\n\n{text}")
     return text
 
 

@@ -4,7 +4,7 @@ Starts `mlflow server` on 127.0.0.1 over the given store, opens the experiment p
 Chromium (Debian's `chromium` package; install it with `apt-get install chromium`), saves a PNG
 and stops the server. Not part of CI.
 
-    .venv/bin/python scripts/mlflow_screenshot.py --experiment copy_rules --out /tmp/experiment.png
+    .venv/bin/python scripts/mlflow_screenshot.py --out docs/img/mlflow_copy_rules_experiment.png
     .venv/bin/python scripts/mlflow_screenshot.py --run-of pipeline --size 1600,1100 \
         --out docs/img/mlflow_copy_rules_pipeline_run.png   # the image in docs/tracking.md
     .venv/bin/python scripts/mlflow_screenshot.py --tracking-uri sqlite:////path/to/mlflow.db --run-of copynet

@@ -74,6 +74,12 @@ def test_all_flows_end_to_end(harness, tiny_project):
     names = {a.path for a in client.list_artifacts(parent["run_id"])}
     assert {"copy_rules.md", "copy_rules.png", "copy_rules.csv"} <= names
     assert all(by_name[m]["tags.mlflow.parentRunId"] == parent["run_id"] for m in ("rnnsearch", "copynet"))
+    # ... and the experiment's description, the first line of its page, ranks the mechanisms.
+    rn = json.loads((tiny_project / "data/eval/runs/copy_rules/rnnsearch/metrics.json").read_text())
+    first_line = experiment.tags["mlflow.note.content"].splitlines()[0]
+    ranked = sorted([("RNNSearch", rn["test"]["top1"]), ("CopyNet", cn["test"]["top1"])], key=lambda x: -x[1])
+    assert first_line == f"**test top1: {ranked[0][0]} {ranked[0][1]:.1f} · {ranked[1][0]} {ranked[1][1]:.1f}**"
+    assert "| CopyNet (paper) | 97.3 |" in experiment.tags["mlflow.note.content"]
 
 
 _FAILED_ONCE: set[int] = set()

@@ -178,6 +178,14 @@ def use_experiment(mlflow, name: str):
     return exp
 
 
+def describe_experiment(experiment: str, markdown: str) -> None:
+    """The experiment's description (its ``mlflow.note.content`` tag). The MLflow UI shows the first
+    line above the runs table and the rest when the description is expanded."""
+    mlflow = _mlflow()
+    exp = use_experiment(mlflow, experiment)
+    mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, "mlflow.note.content", markdown)
+
+
 def parent_run(
     experiment: str,
     task: str,
