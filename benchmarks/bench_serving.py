@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -120,14 +119,6 @@ def toy_champion(root: Path, limits: dict) -> str:
     return f"models:/{TASK}@champion"
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(uri: str, port: int, cwd: Path, log: Path) -> subprocess.Popen:
     env = {
         **os.environ,
@@ -138,16 +129,6 @@ def start_server(uri: str, port: int, cwd: Path, log: Path) -> subprocess.Popen:
     command += ["--host", "127.0.0.1", "--port", str(port)]
     with open(log, "wb") as out:
         return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def ping(base: str) -> bool:
@@ -212,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from pipeline.params import load_params
+    from tests.conftest import free_port
+    from tests.test_serving import stop_server  # the test suite's server helpers, as toy_champion's project
 
     limits = {**load_params()["serving"], **json.loads(args.limits)}
     here = Path.cwd()
