@@ -13,6 +13,7 @@ from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from models import DISPLAY_NAMES
+from pipeline.baselines import lead_display, lead_metrics, lead_name
 from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows, ranking_line
 from pipeline.evaluate import EvalConfig
 from pipeline.params import load_params, project_root, section
@@ -31,7 +32,7 @@ from pipeline.tracking.runs import (
 )
 
 
-def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
+def plot_csv(rows: dict[str, dict], columns: list[str], display: dict[str, str]) -> str:
     """Long format (one row per mechanism and metric) for a `dvc plots` bar chart."""
     buf = io.StringIO()
     writer = csv.writer(buf)
@@ -39,7 +40,7 @@ def plot_csv(rows: dict[str, dict], columns: list[str]) -> str:
     for mech, values in rows.items():
         for col in columns:
             if values.get(col) is not None:
-                writer.writerow([f"{DISPLAY_NAMES.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}"])
+                writer.writerow([f"{display.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}"])
     return buf.getvalue()
 
 
@@ -58,19 +59,19 @@ def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[st
     return champ, line
 
 
-def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict) -> Path:
+def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict, display: dict[str, str]) -> Path:
     """The bar chart (ours and the paper's rows on the first compared split) and the DVC plot CSV."""
     split = cfg.get("splits", ["test"])[0]
     kind = kinds.get(split, "exact_match")
     columns = list(cfg.get("columns", [])) + (["all"] if kind == "exact_match" else [])
     rows = plot_rows(metrics, split, cfg.get("columns", []), kind)
-    bars = {f"{DISPLAY_NAMES.get(m, m)} (ours)": v for m, v in rows.items()}
+    bars = {f"{display.get(m, m)} (ours)": v for m, v in rows.items()}
     for table_id, table_split in (cfg.get("paper_tables") or {}).items():
         paper = PAPER_TABLES[table_id]
         if table_split == split:
             bars.update(
                 {
-                    f"{DISPLAY_NAMES.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
+                    f"{display.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
                     for m, vals in paper["rows"].items()
                     if m in metrics
                 }
@@ -78,7 +79,7 @@ def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict) -> Path
     png = paths.comparison / f"{paths.task}.png"
     unit = "accuracy (%), top-1" if kind == "exact_match" else kind
     grouped_bars(bars, columns, png, f"{paths.task} ({split}): {unit}", unit)
-    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns))
+    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns, display))
     return png
 
 
@@ -93,6 +94,11 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no metrics for {task_name}/{mech}; run its evaluate stage first")
         metrics[mech] = json.loads(path.read_text())
+    display = dict(DISPLAY_NAMES)
+    for n in cfg.get("lead") or []:  # model-free rows scored on the same shards (pipeline.baselines)
+        present = {s: paths.split(s) for s in ev.splits if paths.split(s).is_dir()}
+        metrics[lead_name(n)] = lead_metrics(present, n, ev)
+        display[lead_name(n)] = lead_display(n)
     for table_id in cfg.get("paper_tables") or {}:
         if table_id not in PAPER_TABLES:
             raise KeyError(
@@ -102,10 +108,10 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     kinds = {split: ev.metric_for(split) for split in ev.splits}
     manifests = task_manifests(paths.shards)
     champ, champ_line = choose_champion(paths, params, manifests)
-    text = comparison_markdown(task_name, metrics, cfg, DISPLAY_NAMES, kinds) + champ_line
+    text = comparison_markdown(task_name, metrics, cfg, display, kinds) + champ_line
     md = paths.comparison / f"{task_name}.md"
     write_text_atomic(md, text)
-    png = write_plots(paths, metrics, cfg, kinds)
+    png = write_plots(paths, metrics, cfg, kinds, display)
 
     # The comparison goes on the pipeline's parent run itself, so the experiment's first screen (the
     # parent run with the mechanisms folded under it) compares them: one metric per mechanism and
@@ -123,7 +129,7 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     # The experiment's description is the first thing its page shows: the mechanisms ranked on one
     # line, the full tables when expanded. Each pipeline run replaces it with its own.
     split, key, higher = primary_metric(params, task_name)
-    ranking = ranking_line(metrics, split, key, higher, DISPLAY_NAMES, digits=1)  # as the tables
+    ranking = ranking_line(metrics, split, key, higher, display, digits=1)  # as the tables
     commit = git_commit(paths.root)[:7]
     describe_experiment(experiment, f"**{ranking}**\n\nPipeline run of commit {commit}.\n\n{text}")
     return text
