@@ -19,7 +19,7 @@ cd "$dir"
 for n in "${sizes[@]}"; do
   limit="$n"; [ "$n" = all ] && limit=null
   scripts/with_prefect_server.sh dvc exp run -n "gigaword-$n" -S "mechanisms=$mechanisms" \
-    -S "task_settings.gigaword.presets.cpu.train.max_train_examples=$limit"
+    -S "++task_settings.gigaword.presets.cpu.train.max_train_examples=$limit"
   mkdir -p "curve/$n"
   for m in data/eval/runs/gigaword/*/metrics.json; do cp "$m" "curve/$n/$(basename "$(dirname "$m")").json"; done
   cp data/eval/comparison/gigaword.md "curve/$n/gigaword.md"
