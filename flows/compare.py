@@ -19,7 +19,7 @@ from pipeline.evaluate import EvalConfig
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
 from pipeline.plots import grouped_bars
-from pipeline.shards import write_text_atomic
+from pipeline.shards import write_json_atomic, write_text_atomic
 from pipeline.tasks import effective_params, primary_metric, task_names
 from pipeline.tracking.registry import model_name, promote_best
 from pipeline.tracking.runs import (
@@ -111,6 +111,9 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     text = comparison_markdown(task_name, metrics, cfg, display, kinds) + champ_line
     md = paths.comparison / f"{task_name}.md"
     write_text_atomic(md, text)
+    # every row's metrics in one file (the mechanisms' metrics.json and the baselines'), for experiments
+    # that collect runs (scripts/gigaword_curve.sh)
+    write_json_atomic(paths.comparison / f"{task_name}.metrics.json", metrics)
     png = write_plots(paths, metrics, cfg, kinds, display)
 
     # The comparison goes on the pipeline's parent run itself, so the experiment's first screen (the

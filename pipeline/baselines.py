@@ -27,6 +27,11 @@ def lead_display(n: int) -> str:
     return f"Lead-{n} (first {n} source tokens)"
 
 
+def baseline_names(keys) -> dict[str, str]:
+    """Display names of the baseline rows among ``keys`` (``lead8`` -> ``Lead-8 (...)``)."""
+    return {k: lead_display(int(k[4:])) for k in keys if k.startswith("lead") and k[4:].isdigit()}
+
+
 def lead_records(table: pa.Table, n: int) -> list[dict]:
     """Prediction records (the shape :func:`pipeline.evaluate.decode_table` writes) whose output is
     the first ``n`` source tokens of each row."""

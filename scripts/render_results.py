@@ -8,6 +8,10 @@ A block in a markdown file is a pair of marker comments::
     ... generated, do not edit ...
     <!-- /results -->
 
+    <!-- results:experiment/NAME -->  the table of an experiment that collects several runs (seeds,
+                                       training sizes): docs/experiments/NAME/experiment.yaml and its
+                                       <run>/<mechanism>.json metrics files (pipeline/experiments.py)
+
 The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<mechanism>/metrics.json``
 (git-tracked; one per mechanism that was evaluated) by ``pipeline.compare.comparison_markdown``, the
 function the compare stage writes ``data/eval/comparison/TASK.md`` with: the same tables, our rows
@@ -39,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from models import DISPLAY_NAMES  # noqa: E402
 from pipeline.compare import comparison_markdown  # noqa: E402
 from pipeline.evaluate import EvalConfig  # noqa: E402
+from pipeline.experiments import render_experiment  # noqa: E402
 from pipeline.params import load_params, section  # noqa: E402
 from pipeline.paths import TaskPaths  # noqa: E402
 from pipeline.tasks import effective_params  # noqa: E402
@@ -103,6 +108,11 @@ def sections(page: str) -> list[tuple[re.Match | None, str, str]]:
 
 def render(spec: str, root: Path, params: dict, cache: dict) -> str:
     """The text between the markers of block ``spec``."""
+    if spec.startswith("experiment/"):
+        folder = root / "docs" / "experiments" / spec.split("/", 1)[1]
+        if not (folder / "experiment.yaml").exists():
+            raise RenderError(f"block results:{spec}: no {folder.relative_to(root)}/experiment.yaml")
+        return f"\n{render_experiment(folder, DISPLAY_NAMES)}\n"
     task, *rest = spec.split(":")
     if len(rest) not in (0, 2):
         raise RenderError(f"block results:{spec}: expected results:TASK or results:TASK:SPLIT:KEY")
