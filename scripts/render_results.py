@@ -11,6 +11,8 @@ A block in a markdown file is a pair of marker comments::
     <!-- results:experiment/NAME -->  the table of an experiment that collects several runs (seeds,
                                        training sizes): docs/experiments/NAME/experiment.yaml and its
                                        <run>/<mechanism>.json metrics files (pipeline/experiments.py)
+    <!-- results:experiment/NAME/RUN -->  the comparison page of one of those runs (experiment.yaml's
+                                       ``task``: its compare settings and the papers' rows)
 
 The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<mechanism>/metrics.json``
 (git-tracked; one per mechanism that was evaluated) by ``pipeline.compare.comparison_markdown``, the
@@ -37,13 +39,16 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from models import DISPLAY_NAMES  # noqa: E402
+from pipeline.baselines import baseline_names  # noqa: E402
 from pipeline.compare import comparison_markdown  # noqa: E402
 from pipeline.evaluate import EvalConfig  # noqa: E402
-from pipeline.experiments import render_experiment  # noqa: E402
+from pipeline.experiments import load_runs, render_experiment  # noqa: E402
 from pipeline.params import load_params, section  # noqa: E402
 from pipeline.paths import TaskPaths  # noqa: E402
 from pipeline.tasks import effective_params  # noqa: E402
@@ -81,14 +86,36 @@ def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
     return {m: json.loads(found[m].read_text(encoding="utf-8")) for m in names}
 
 
-def comparison_page(root: Path, params: dict, task: str) -> str:
-    """The compare stage's page for ``task`` (without the MLflow champion line)."""
-    metrics = task_metrics(root, params, task)
+def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict] | None = None) -> str:
+    """The compare stage's page for ``task`` (without the MLflow champion line); ``metrics``: other
+    runs' metrics than data/eval/runs (an experiment's)."""
+    metrics = metrics or task_metrics(root, params, task)
     eff = effective_params(params, task)
     ev = EvalConfig.from_dict({k: v for k, v in section(eff, "evaluate").items() if k != "heatmap"})
     splits = list(ev.splits) + list(ev.optional_splits)
     kinds = {split: ev.metric_for(split) for split in splits}
-    return comparison_markdown(task, metrics, section(eff, "compare"), DISPLAY_NAMES, kinds)
+    return comparison_markdown(
+        task, metrics, section(eff, "compare"), {**DISPLAY_NAMES, **baseline_names(metrics)}, kinds
+    )
+
+
+def experiment_block(spec: str, root: Path, params: dict) -> str:
+    """``experiment/NAME``: the experiment's table (seeds or sizes); ``experiment/NAME/RUN``: the
+    comparison page of one of its runs, as the compare stage writes it for ``task`` (experiment.yaml)."""
+    name, _, run = spec.removeprefix("experiment/").partition("/")
+    folder = root / "docs" / "experiments" / name
+    if not (folder / "experiment.yaml").exists():
+        raise RenderError(f"block results:{spec}: no {folder.relative_to(root)}/experiment.yaml")
+    if not run:
+        return render_experiment(folder, DISPLAY_NAMES)
+    runs = load_runs(folder)
+    if run not in runs:
+        raise RenderError(
+            f"block results:{spec}: {folder.relative_to(root)} has no run {run!r} (it has {sorted(runs)})"
+        )
+    task = yaml.safe_load((folder / "experiment.yaml").read_text(encoding="utf-8"))["task"]
+    page = comparison_page(root, params, task, runs[run])
+    return "\n\n".join(f"### {head[3:]}\n\n{body}" for _, head, body in sections(page))
 
 
 def sections(page: str) -> list[tuple[re.Match | None, str, str]]:
@@ -109,10 +136,7 @@ def sections(page: str) -> list[tuple[re.Match | None, str, str]]:
 def render(spec: str, root: Path, params: dict, cache: dict) -> str:
     """The text between the markers of block ``spec``."""
     if spec.startswith("experiment/"):
-        folder = root / "docs" / "experiments" / spec.split("/", 1)[1]
-        if not (folder / "experiment.yaml").exists():
-            raise RenderError(f"block results:{spec}: no {folder.relative_to(root)}/experiment.yaml")
-        return f"\n{render_experiment(folder, DISPLAY_NAMES)}\n"
+        return f"\n{experiment_block(spec, root, params)}\n"
     task, *rest = spec.split(":")
     if len(rest) not in (0, 2):
         raise RenderError(f"block results:{spec}: expected results:TASK or results:TASK:SPLIT:KEY")

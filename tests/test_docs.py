@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -192,3 +193,45 @@ def test_render_refuses_a_table_the_metrics_do_not_have(tmp_path):
     (root / "README.md").write_text("<!-- results:gigaword -->\n<!-- /results -->\n", encoding="utf-8")
     missing = render("--check", root=root)
     assert missing.returncode == 2 and "no metrics files under data/eval/runs/gigaword" in missing.stderr
+
+
+def test_experiment_blocks_render_seed_and_curve_tables_and_one_runs_comparison(tmp_path):
+    root = _project(tmp_path)
+    seeds = root / "docs/experiments/t1"
+    for seed, top1 in (("seed1", 90.0), ("seed2", 94.0)):
+        (seeds / seed).mkdir(parents=True)
+        (seeds / seed / "copynet.json").write_text(
+            json.dumps({"test": {"n": 4, "top1": top1, "groups": {"x->x": {"n": 4, "top1": top1}}}})
+        )
+    (seeds / "experiment.yaml").write_text(
+        "kind: seeds\nsplit: test\ncolumns: [x->x]\npaper_table: copynet_table1\n", encoding="utf-8"
+    )
+    curve = root / "docs/experiments/giga"
+    for size, r1 in (("1000", 10.0), ("4000", 20.0)):
+        (curve / size).mkdir(parents=True)
+        for mech, value in (("copynet", r1), ("lead8", 21.5)):
+            (curve / size / f"{mech}.json").write_text(
+                json.dumps({"test": {"n": 3, "metric": "rouge_f", "rouge1": value, "rouge2": 1.0, "rougeL": 2.0}})
+            )
+    (curve / "experiment.yaml").write_text(
+        "kind: sizes\ntask: gigaword\nsplit: test\ncolumns: [rouge1]\ntarget: 16000\n", encoding="utf-8"
+    )
+    blocks = "".join(
+        f"<!-- results:{s} -->\n<!-- /results -->\n\n"
+        for s in ("experiment/t1", "experiment/giga", "experiment/giga/4000", "copy_rules")
+    )
+    (root / "docs" / "results.md").write_text(f"# Results\n\n{blocks}", encoding="utf-8")
+    assert render(root=root).returncode == 0
+    page = (root / "docs" / "results.md").read_text(encoding="utf-8")
+    assert "| CopyNet (ours, 2 seeds) | 92.0 ± 2.8 | 92.0 ± 2.8 |" in page  # sd of (90, 94) = sqrt(8)
+    assert "| CopyNet (paper) | 93.7 | - |" in page  # Table 1's x->x column
+    # 10 at 1,000 and 20 at 4,000 pairs: +5 per doubling, so 30 at 16,000 (the fit's target)
+    assert "| CopyNet | rouge1 | 10.00 | 20.00 | +5.00 | 30.00 |" in page
+    assert "| Lead-8 (first 8 source tokens) | rouge1 | 21.50 | 21.50 | +0.00 | 21.50 |" in page
+    # one run's comparison page, as the compare stage writes it for the task, with the papers' rows
+    assert "| Lead-8 (first 8 source tokens) (ours) | 21.50 |" in page
+    assert "| Ours-GRU (C), 15K (paper) | 27.41 | 12.58 | 25.74 |" in page
+    assert render("--check", root=root).returncode == 0
+    (curve / "4000" / "copynet.json").write_text('{"test": {"n": 3, "metric": "rouge_f", "rouge1": 25.0}}')
+    stale = render("--check", root=root)
+    assert stale.returncode == 1 and "docs/results.md: block results:experiment/giga differs" in stale.stderr

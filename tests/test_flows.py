@@ -81,6 +81,19 @@ def test_all_flows_end_to_end(harness, tiny_project):
     assert first_line == f"**test top1: {ranked[0][0]} {ranked[0][1]:.1f} · {ranked[1][0]} {ranked[1][1]:.1f}**"
     assert "| CopyNet (paper) | 97.3 |" in experiment.tags["mlflow.note.content"]
 
+    # compare.lead adds a model-free row scored on the same test rows: the first N source tokens
+    p["task_settings"]["copy_rules"].setdefault("compare", {})["lead"] = [3]
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(p))
+    text = compare_flow(params)["copy_rules"]
+    assert "| Lead-3 (first 3 source tokens) (ours) |" in text
+    every = json.loads((tiny_project / "data/eval/comparison/copy_rules.metrics.json").read_text())
+    assert set(every) == {"rnnsearch", "copynet", "lead3"} and every["copynet"] == cn
+    from pipeline.shards import read_split
+
+    test = read_split(tiny_project / "data/shards/copy_rules/test").to_pylist()
+    by_hand = 100 * sum(r["src"][:3] == r["tgt"] for r in test) / len(test)
+    assert every["lead3"]["test"]["top1"] == pytest.approx(by_hand) and every["lead3"]["test"]["n"] == 20
+
 
 _FAILED_ONCE: set[int] = set()
 
