@@ -6,10 +6,12 @@ comparison pages (``scripts/render_results.py``), never typed.
 Layouts read by :func:`load_runs` (``docs/experiments/<name>/``)::
 
     <run>/<mechanism>.json      run = seed<K> (seeds) or the number of training pairs (sizes)
+    <run>/<mechanism>.csv       optional: the run's learning curve (data/plots/learning_curves/...)
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -108,6 +110,27 @@ def curve_markdown(rows: dict, columns: list[str], display: dict[str, str], targ
     return "\n".join(lines) + "\n"
 
 
+def validation_curves(folder: Path, mechanism: str) -> str:
+    """Validation loss and learning rate at each validation of every run's ``<mechanism>.csv``
+    (the train stage's learning curve), one column pair per run; '' when no run has one."""
+    curves = {}
+    for run in sorted(p for p in folder.iterdir() if (p / f"{mechanism}.csv").exists()):
+        with open(run / f"{mechanism}.csv", encoding="utf-8") as f:
+            curves[run.name] = {int(r["epoch"]): r for r in csv.DictReader(f) if r["valid_loss"]}
+    if not curves:
+        return ""
+    epochs = sorted({e for c in curves.values() for e in c})
+    head = ["epoch", *[f"{run} valid loss | {run} lr" for run in curves]]
+    lines = ["| " + " | ".join(head) + " |", "|---:|" + "---:|---:|" * len(curves)]
+    for e in epochs:
+        cells = []
+        for c in curves.values():
+            r = c.get(e)
+            cells += [f"{float(r['valid_loss']):.4f}", f"{float(r['lr']):.2g}"] if r else ["-", "-"]
+        lines.append(f"| {e} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_experiment(folder: Path, display: dict[str, str]) -> str:
     """The table of one experiment folder, as its ``experiment.yaml`` describes it::
 
@@ -115,6 +138,7 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
     split: test
     columns: [...]              # rule types (seeds: plus "all") or metric keys (sizes)
     paper_table: copynet_table1 # seeds: the published rows beside ours (pipeline/paper_results.yaml)
+    curves: [copynet]           # seeds: the validation curves of these mechanisms (<run>/<mech>.csv)
     target: 3800000             # sizes: the training size the fit is extrapolated to
     """
     import yaml
@@ -127,7 +151,12 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
     columns = list(spec["columns"])
     if spec["kind"] == "seeds":
         paper = PAPER_TABLES[spec["paper_table"]] if spec.get("paper_table") else None
-        return seed_markdown(seed_rows(runs, spec["split"], columns), [*columns, "all"], display, paper)
+        table = seed_markdown(seed_rows(runs, spec["split"], columns), [*columns, "all"], display, paper)
+        for mech in spec.get("curves") or []:  # learning curves shown under the table
+            curve = validation_curves(folder, mech)
+            if curve:
+                table += f"\n{display.get(mech, mech)}, validation loss (best epoch kept) and learning rate:\n\n{curve}"
+        return table
     if spec["kind"] == "sizes":
         return curve_markdown(curve_rows(runs, spec["split"], columns), columns, display, int(spec["target"]))
     raise ValueError(f"{folder / 'experiment.yaml'}: kind must be seeds or sizes, got {spec['kind']!r}")

@@ -66,3 +66,19 @@ def test_curve_table_fits_each_mechanism_and_metric():
     assert f"| CopyNet | rouge1 | 10.00 | 20.00 | +{per_doubling:.2f} | 30.00 |" in md
     assert "| lead8 | rouge1 | - | 21.00 | - | - |" in md  # one size: no fit
     assert "fit at 100,000 (extrapolated)" in md
+
+
+def test_validation_curves_one_column_pair_per_run(tmp_path):
+    from pipeline.experiments import validation_curves
+
+    header = "step,epoch,train_loss,lr,tokens_per_s,processes,valid_loss,valid_ppl\n"
+    for run, rows in {
+        "seed1": ["0,0,,0.002,0,1,6.5,665", "10,1,1.2,0.002,9,1,0.25,1.28"],
+        "seed2": ["0,0,,0.002,0,1,6.4,600"],
+    }.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "copynet.csv").write_text(header + "\n".join(rows) + "\n")
+    md = validation_curves(tmp_path, "copynet")
+    assert "| 0 | 6.5000 | 0.002 | 6.4000 | 0.002 |" in md
+    assert "| 1 | 0.2500 | 0.002 | - | - |" in md  # seed2 stopped earlier
+    assert validation_curves(tmp_path, "rnnsearch") == ""
