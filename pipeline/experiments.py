@@ -91,11 +91,18 @@ def curve_rows(runs: dict[str, dict[str, dict]], split: str, columns: list[str])
     return out
 
 
-def curve_markdown(rows: dict, columns: list[str], display: dict[str, str], target: int) -> str:
-    """One row per mechanism: each metric at each measured size, the fitted slope per doubling of
-    the data, and the fit's value at ``target`` pairs (an extrapolation, marked as such)."""
+def curve_markdown(
+    rows: dict, columns: list[str], display: dict[str, str], target: int, paper: dict | None = None, paper_rows=None
+) -> str:
+    """One row per mechanism and metric: the metric at each measured size, the fitted slope per
+    doubling of the data, the fit's value at ``target`` pairs (an extrapolation, marked as such)
+    and, with ``paper`` and ``paper_rows`` ({mechanism: the paper's row it is set beside}), the
+    paper's figure."""
     sizes = sorted({s for per_col in rows.values() for by_size in per_col.values() for s in by_size})
     head = ["model", "metric", *[f"{s:,} pairs" for s in sizes], "per doubling", f"fit at {target:,} (extrapolated)"]
+    paper_rows = paper_rows or {}
+    if paper:
+        head.append("paper")
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for mech, per_col in rows.items():
         for col in columns:
@@ -106,6 +113,10 @@ def curve_markdown(rows: dict, columns: list[str], display: dict[str, str], targ
                 cells += [f"{b * math.log(2):+.2f}", f"{a + b * math.log(target):.2f}"]
             else:
                 cells += ["-", "-"]
+            if paper:
+                named = dict(zip(paper["columns"], paper["rows"][paper_rows[mech]])) if mech in paper_rows else {}
+                label = paper.get("labels", {}).get(paper_rows.get(mech), paper_rows.get(mech))
+                cells.append(f"{named[col]:.2f} ({label})" if col in named else "-")
             lines.append(f"| {display.get(mech, mech)} | {col} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -137,9 +148,10 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
     kind: seeds | sizes         # mean ± sd over <run> = seed folders | a learning curve over sizes
     split: test
     columns: [...]              # rule types (seeds: plus "all") or metric keys (sizes)
-    paper_table: copynet_table1 # seeds: the published rows beside ours (pipeline/paper_results.yaml)
+    paper_table: copynet_table1 # the published rows beside ours (pipeline/paper_results.yaml)
     curves: [copynet]           # seeds: the validation curves of these mechanisms (<run>/<mech>.csv)
     target: 3800000             # sizes: the training size the fit is extrapolated to
+    paper_rows: {read_again: read_again}  # sizes: the paper_table row set beside each mechanism
     """
     import yaml
 
@@ -148,6 +160,11 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
     spec = yaml.safe_load((folder / "experiment.yaml").read_text(encoding="utf-8"))
     runs = load_runs(folder)
     display = {**display, **baseline_names({m for per_mech in runs.values() for m in per_mech})}
+    order = list(display)  # the mechanisms' order (models/), then the baselines
+    runs = {
+        run: dict(sorted(per_mech.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+        for run, per_mech in runs.items()
+    }
     columns = list(spec["columns"])
     if spec["kind"] == "seeds":
         paper = PAPER_TABLES[spec["paper_table"]] if spec.get("paper_table") else None
@@ -158,5 +175,7 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
                 table += f"\n{display.get(mech, mech)}, validation loss (best epoch kept) and learning rate:\n\n{curve}"
         return table
     if spec["kind"] == "sizes":
-        return curve_markdown(curve_rows(runs, spec["split"], columns), columns, display, int(spec["target"]))
+        paper = PAPER_TABLES[spec["paper_table"]] if spec.get("paper_table") else None
+        rows = curve_rows(runs, spec["split"], columns)
+        return curve_markdown(rows, columns, display, int(spec["target"]), paper, spec.get("paper_rows"))
     raise ValueError(f"{folder / 'experiment.yaml'}: kind must be seeds or sizes, got {spec['kind']!r}")

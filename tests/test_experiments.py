@@ -82,3 +82,12 @@ def test_validation_curves_one_column_pair_per_run(tmp_path):
     assert "| 0 | 6.5000 | 0.002 | 6.4000 | 0.002 |" in md
     assert "| 1 | 0.2500 | 0.002 | - | - |" in md  # seed2 stopped earlier
     assert validation_curves(tmp_path, "rnnsearch") == ""
+
+
+def test_curve_table_sets_the_papers_row_beside_ours():
+    rows = {"read_again": {"rouge1": {1000: 10.0, 2000: 12.0}}, "copynet": {"rouge1": {1000: 9.0, 2000: 9.5}}}
+    paper = {"columns": ["rouge1"], "rows": {"read_again": [27.37]}, "labels": {"read_again": "Ours-LSTM (C), 15K"}}
+    md = curve_markdown(rows, ["rouge1"], {}, 8000, paper, {"read_again": "read_again"})
+    assert md.splitlines()[0].endswith("| fit at 8,000 (extrapolated) | paper |")
+    assert "| read_again | rouge1 | 10.00 | 12.00 | +2.00 | 16.00 | 27.37 (Ours-LSTM (C), 15K) |" in md
+    assert "| copynet | rouge1 | 9.00 | 9.50 | +0.50 | 10.50 | - |" in md  # no paper row for it
