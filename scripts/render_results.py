@@ -114,7 +114,9 @@ def experiment_block(spec: str, root: Path, params: dict) -> str:
             f"block results:{spec}: {folder.relative_to(root)} has no run {run!r} (it has {sorted(runs)})"
         )
     task = yaml.safe_load((folder / "experiment.yaml").read_text(encoding="utf-8"))["task"]
-    page = comparison_page(root, params, task, runs[run])
+    order = list(params.get("mechanisms") or []) + list(DISPLAY_NAMES)  # as task_metrics, baselines last
+    metrics = dict(sorted(runs[run].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    page = comparison_page(root, params, task, metrics)
     return "\n\n".join(f"### {head[3:]}\n\n{body}" for _, head, body in sections(page))
 
 
