@@ -13,7 +13,7 @@ from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from models import DISPLAY_NAMES
-from pipeline.baselines import lead_display, lead_metrics, lead_name
+from pipeline.baselines import baseline_names, lead_metrics, lead_name
 from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows, ranking_line
 from pipeline.evaluate import EvalConfig
 from pipeline.params import load_params, project_root, section
@@ -94,11 +94,10 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no metrics for {task_name}/{mech}; run its evaluate stage first")
         metrics[mech] = json.loads(path.read_text())
-    display = dict(DISPLAY_NAMES)
     for n in cfg.get("lead") or []:  # model-free rows scored on the same shards (pipeline.baselines)
         present = {s: paths.split(s) for s in ev.splits if paths.split(s).is_dir()}
         metrics[lead_name(n)] = lead_metrics(present, n, ev)
-        display[lead_name(n)] = lead_display(n)
+    display = {**DISPLAY_NAMES, **baseline_names(metrics)}
     for table_id in cfg.get("paper_tables") or {}:
         if table_id not in PAPER_TABLES:
             raise KeyError(
