@@ -110,13 +110,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def train_steps(model, optimizer, batches, stepwise: bool, device: torch.device) -> tuple[int, float]:
-    """(target tokens, seconds) of one optimizer step per batch."""
+def train_steps(
+    model, optimizer, batches, stepwise: bool, device: torch.device, amp: str = "auto"
+) -> tuple[int, float]:
+    """(target tokens, seconds) of one optimizer step per batch (``amp`` as train.amp)."""
     tokens = 0
     _sync(device)
     start = time.perf_counter()
     for batch in batches:
-        with autocast(device):
+        with autocast(device, amp):
             gold = model(batch, stepwise=stepwise)
         n = batch.n_tokens
         loss = -gold.sum() / n

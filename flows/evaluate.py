@@ -31,7 +31,7 @@ from pipeline.tasks import effective_params
 from pipeline.tracking.registry import metric_tags, register
 from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
 from pipeline.tracking.serving import ServingConfig, log_pyfunc_model
-from pipeline.train import compute_settings, first_rows, resolve_device
+from pipeline.train import compute_settings, first_rows, nondeterministic_ops_named, resolve_device
 from pipeline.vocab import Vocab
 
 
@@ -125,7 +125,8 @@ def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None
     model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, stamp=run_id)
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
-    metrics = {split: evaluate_split(model, paths, mechanism, split, vocabs, cfg, device) for split in splits}
+    with nondeterministic_ops_named(device, "evaluate.deterministic"):
+        metrics = {split: evaluate_split(model, paths, mechanism, split, vocabs, cfg, device) for split in splits}
     write_json_atomic(paths.evaluation(mechanism) / "metrics.json", {**metrics, **skipped})
     plot = heatmap(model, paths, mechanism, ev.get("heatmap", {}), vocabs, cfg, device)
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from models.attention import BahdanauAttention, LuongAttention
+from models.rnn import run_rnn
 
 State = dict
 
@@ -72,7 +73,7 @@ class LuongDecoder(nn.Module):
     def forward(self, state: State, x: torch.Tensor):
         """x (B, In) -> s_t (B, H) top layer, c_t (B, M), weights (B, S), state updates."""
         hc = (state["h"].transpose(0, 1).contiguous(), state["c"].transpose(0, 1).contiguous())  # (L, B, H)
-        out, (h, c) = self.rnn(x.unsqueeze(1), hc)  # out (B, 1, H)
+        out, (h, c) = run_rnn(self.rnn, x.unsqueeze(1), hc)  # out (B, 1, H)
         s_t = out.squeeze(1)  # (B, H)
         context, weights = self.attention(s_t, state["keys"], state["memory"], state["src_mask"])
         return s_t, context, weights, {"h": h.transpose(0, 1), "c": c.transpose(0, 1), "s": s_t}
@@ -81,6 +82,6 @@ class LuongDecoder(nn.Module):
         """Teacher forcing, every step at once (no input feeding: x_t is e(y_{t-1}) only):
         x (B, T, In) -> s (B, T, H) top layer, c (B, T, M), weights (B, T, S)."""
         hc = (state["h"].transpose(0, 1).contiguous(), state["c"].transpose(0, 1).contiguous())  # (L, B, H)
-        s, _ = self.rnn(x, hc)  # (B, T, H): one cuDNN / oneDNN call for the whole target
+        s, _ = run_rnn(self.rnn, x, hc)  # (B, T, H): one cuDNN / oneDNN call for the whole target
         context, weights = self.attention.attend_all(s, state["keys"], state["memory"], state["src_mask"])
         return s, context, weights

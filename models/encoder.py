@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from models.rnn import run_rnn
+
 
 class BiGRUEncoder(nn.Module):
     """h_tau = [h_fwd_tau; h_bwd_tau], the short-term memory M of CopyNet."""
@@ -29,7 +31,7 @@ class BiGRUEncoder(nn.Module):
         summary = [last forward state; first backward state], the fixed-length code of Enc-Dec.
         """
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_n = self.rnn(packed)  # h_n: (2, B, H)
+        out, h_n = run_rnn(self.rnn, packed)  # h_n: (2, B, H)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=embedded.size(1))  # (B, S, 2H)
         summary = torch.cat([h_n[0], h_n[1]], dim=-1)  # (B, 2H)
         return memory, summary

@@ -55,6 +55,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from models.attention import BahdanauAttention
 from models.config import ModelConfig, dataclass_from_dict
 from models.extended import NEG
+from models.rnn import run_rnn
 from models.seq2seq import (
     Mechanism,
     OutputLayer,
@@ -142,7 +143,7 @@ def run_packed(rnn: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> tuple[
     packed = pack_padded_sequence(
         x.index_select(0, live), lengths.index_select(0, live).cpu(), batch_first=True, enforce_sorted=False
     )
-    out, last = rnn(packed)
+    out, last = run_rnn(rnn, packed)
     last = last[0] if isinstance(last, tuple) else last  # LSTM: (h_n, c_n)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=steps)  # (N', S, H)
     full = out.new_zeros(rows, steps, out.size(-1)).index_copy(0, live, out)

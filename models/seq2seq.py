@@ -298,17 +298,41 @@ class Seq2Seq(nn.Module):
         for t in range(tgt_in.size(1)):
             for key in self.output.sequence_keys:
                 steps[key].append(state[key])  # before this step's update (e.g. coverage c^t)
-            x_t = self.decoder_input(state, tgt_in[:, t], emb[:, t])  # (B, In)
-            s_t, context, weights, dec_updates = self.decoder(state, x_t)
-            s_t = self.drop(s_t)  # the output layer's (and the feedback's) view of s_t
-            state = {**state, **dec_updates}
-            state.update(self.output.feedback(s_t, state))
+            # Contiguous copies: a step's slice of (B, T) would differ from the next in storage offset,
+            # which a compiled teacher_step would guard on.
+            x_t, s_t, context, weights, state = self.teacher_step(
+                state, tgt_in[:, t].contiguous(), emb[:, t].contiguous()
+            )
             steps["s"].append(s_t)
             steps["context"].append(context)
             steps["x"].append(x_t)
             if weights is not None:
                 steps["attn"].append(weights)
         return {**state, **{key: torch.stack(seq, dim=1) for key, seq in steps.items() if seq}}
+
+    def teacher_step(self, state: State, prev_ids: torch.Tensor, emb: torch.Tensor):
+        """One step of phase 1: y_{t-1} (B,) and e(y_{t-1}) (B, E) -> x_t (B, In), s_t (B, H) with
+        dropout applied (the output layer's and the feedback's view of it), c_t (B, M), a_t (B, S) or
+        None, and the state after the decoder's update and the output layer's ``feedback``. The
+        per-step work of teacher forcing: :meth:`compile_recurrence` compiles it."""
+        x_t = self.decoder_input(state, prev_ids, emb)  # (B, In)
+        s_t, context, weights, dec_updates = self.decoder(state, x_t)
+        s_t = self.drop(s_t)
+        state = {**state, **dec_updates}
+        state.update(self.output.feedback(s_t, state))
+        return x_t, s_t, context, weights, state
+
+    def compile_recurrence(self, **options) -> Seq2Seq:
+        """``torch.compile`` the per-step work of teacher forcing (:meth:`teacher_step`: decoder input,
+        attention, the recurrent cell, the output layer's feedback) and the output layer's
+        ``score_all`` (phase 2), in place: the parameters and their state_dict names are unchanged.
+        A recurrent decoder runs T small steps, each a dozen kernels; compiled, each step's
+        element-wise work fuses into a few kernels (``train.compile``; ``options`` go to
+        ``torch.compile``, ``dynamic=True`` unless given). Returns the model."""
+        options = {"dynamic": None, **options}  # automatic: static first, dynamic sizes after a change
+        self.teacher_step = torch.compile(self.teacher_step, **options)
+        self.output.score_all = torch.compile(self.output.score_all, **options)
+        return self
 
     def forward(self, batch, objective: bool | None = None, stepwise: bool = False) -> torch.Tensor:
         """Teacher forcing: per gold token (B, T), 0 at padding. In training mode the output layer's

@@ -130,15 +130,12 @@ def beam_search(
 
     rank = scores / _length_penalty(lengths, length_penalty)
     out: list[list[Hypothesis]] = []
-    hist = history.tolist()
+    # One copy to the host for all rows (on a GPU, reading them one by one would wait B x K times).
+    hist, final, ranked = history.tolist(), scores.tolist(), rank.tolist()
     for b in range(bsz):
         rows = range(b * k, (b + 1) * k)
         # Rows below NEG/2 used an impossible token (only when fewer than K candidates exist).
-        hyps = [
-            Hypothesis([i for i in hist[r] if i != PAD], float(scores[r]), float(rank[r]))
-            for r in rows
-            if float(scores[r]) > NEG / 2
-        ]
+        hyps = [Hypothesis([i for i in hist[r] if i != PAD], final[r], ranked[r]) for r in rows if final[r] > NEG / 2]
         out.append(sorted(hyps, key=lambda h: -h.rank_score))
     return out
 
@@ -175,10 +172,10 @@ def greedy(
         prev = token
         if bool(finished.all()):
             break
-    ids = torch.stack(steps, dim=1).tolist()
+    ids, final = torch.stack(steps, dim=1).tolist(), scores.tolist()  # one copy to the host each
     out = []
     for b in range(batch.size):
         seq = [i for i in ids[b] if i != PAD]
         trace = {key: torch.stack([step[b] for step in traces[key]])[: len(seq)] for key in trace_keys if traces[key]}
-        out.append(Hypothesis(seq, float(scores[b]), float(scores[b]), trace or None))
+        out.append(Hypothesis(seq, final[b], final[b], trace or None))
     return out

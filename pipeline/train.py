@@ -29,6 +29,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,9 @@ class TrainConfig:
     checkpoint_minutes: float | None = None  # minutes between checkpoints
     log_every: int = 50  # optimizer steps between on_step reports (train loss, lr, tokens/s)
     amp: str = "auto"  # auto: bf16 autocast on CUDA only | bf16: also on the CPU | off
+    compile: bool = (
+        False  # torch.compile the decoder's per-step recurrence and the output layer (Seq2Seq.compile_recurrence)
+    )
     workers: int = 0  # DataLoader worker processes building batches (0: in the training process)
     nproc: int = 1  # processes per machine (torchrun; one per GPU)
     nnodes: int = 1  # machines
@@ -119,6 +123,30 @@ class NonFiniteLoss(RuntimeError):
 
 class NoImprovement(RuntimeError):
     """No validation beat the untrained model's: the run produced no usable model."""
+
+
+class NondeterministicOperation(RuntimeError):
+    """``deterministic: true``, and the model ran an operation that has no deterministic kernel on
+    this device (PyTorch raises for those under ``torch.use_deterministic_algorithms(True)``)."""
+
+
+@contextmanager
+def nondeterministic_ops_named(device: torch.device, setting: str):
+    """Turn PyTorch's error for an operation without a deterministic kernel (raised under
+    ``torch.use_deterministic_algorithms(True)``) into one that names the operation, the device and
+    the setting to change; any other error passes unchanged."""
+    try:
+        yield
+    except RuntimeError as err:
+        message = str(err)
+        if "does not have a deterministic implementation" not in message:
+            raise
+        raise NondeterministicOperation(
+            f"{setting} is true, but the operation {message.split()[0]} has no deterministic kernel on {device} "
+            f"(torch {torch.__version__}), so this run could not repeat itself bit for bit. Set {setting}: false "
+            f"for this task to run it anyway (its results then vary in the last bits from run to run). "
+            f"PyTorch said: {message}"
+        ) from err
 
 
 def resolve_device(name: str, ctx: DistContext = ONE_PROCESS) -> torch.device:
@@ -308,6 +336,8 @@ def train(
     device = resolve_device(cfg.device, ctx)
     compute_settings(cfg.threads, cfg.deterministic)
     model.to(device)
+    if cfg.compile:
+        model.compile_recurrence()
     net = (
         DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         if ctx.enabled
@@ -364,7 +394,8 @@ def train(
             "tokens_per_s": prog.tokens / max(seconds, 1e-9),
             "processes": ctx.world,
         }
-        row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
+        with nondeterministic_ops_named(device, "train.deterministic"):
+            row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
         if not math.isfinite(row["valid_loss"]):
             raise NonFiniteLoss(
                 f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
@@ -426,7 +457,8 @@ def train(
         )
         for batch in bar:
             batch = batch.to(device, non_blocking=True)
-            loss_value = _train_step(net, model, optimizer, schedule, batch, cfg, device, ctx, prog)
+            with nondeterministic_ops_named(device, "train.deterministic"):
+                loss_value = _train_step(net, model, optimizer, schedule, batch, cfg, device, ctx, prog)
             prog.batch += 1
             if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
                 on_step(

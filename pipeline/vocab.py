@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.ipc
 
@@ -30,6 +30,9 @@ from models.specials import (  # noqa: F401 (re-exported: the file format's spec
     UNK,
 )
 from pipeline.shards import write_text_atomic
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -118,6 +121,8 @@ class Vocab:
 
 def _count_frame(table: pa.Table, column: str) -> pl.DataFrame:
     """(token, count) of a list<string> (or nested list) column, via polars explode/group."""
+    import polars as pl  # here, not at module level: models and search import this module, polars only counting
+
     if column not in table.column_names:
         raise KeyError(f"column {column!r} not in table (has {table.column_names})")
     series = pl.from_arrow(table.select([column])).get_column(column)
@@ -138,6 +143,8 @@ def count_tokens(table: pa.Table, column: str) -> dict[str, int]:
 def count_split_tokens(split_dir: str | Path, column: str) -> dict[str, int]:
     """Token frequencies of a shard split's column, one memory-mapped part at a time (memory stays
     flat in the corpus size: only the counts of distinct tokens are held)."""
+    import polars as pl
+
     from pipeline.shards import read_manifest
 
     split_dir = Path(split_dir)

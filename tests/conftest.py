@@ -23,6 +23,41 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        default="cpu",
+        help="where the tests marked 'device' run their models and training: cpu (default), cuda or cuda:N. "
+        "On a GPU: pytest --device cuda -m device",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("--device").startswith("cuda"):
+        # Deterministic cuBLAS needs its workspace setting before the first cuBLAS call of the process.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # float32 means float32 in the checks: PyTorch runs cuDNN (the RNNs) in TF32 by default,
+        # whose 10-bit mantissa moves scores by ~5e-4 (measured on an H100: beam search scores of
+        # one example alone and in a batch then differ by 1.3e-4).
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+@pytest.fixture(scope="session")
+def device(request) -> torch.device:
+    """The device of the tests marked ``device`` (``--device``); asking for CUDA without one fails
+    loudly rather than testing the CPU under a CUDA label."""
+    device = torch.device(request.config.getoption("--device"))
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            pytest.fail(f"--device {device} was asked for, but torch {torch.__version__} sees no CUDA device")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        pytest.fail(f"--device must be cpu, cuda or cuda:N, got {device}")
+    return device
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread():
     """Tiny tensors: one thread is fastest, and robust when other jobs share the 2 CPU cores."""

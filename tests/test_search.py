@@ -2,6 +2,7 @@
 
 Tiny random models of every mechanism, a decoder vocabulary of the 4 specials + 2 words, and
 sources holding a decoder OOV, so the extended vocabulary (V + X = 7 ids) is part of the search.
+Marked ``device``: the models and batches live on ``--device`` (``pytest --device cuda -m device``).
 """
 
 from __future__ import annotations
@@ -24,14 +25,24 @@ V = len(TGT_VOCAB)
 SRCS = [["a", "z", "b"], ["c", "a", "c", "b", "a"], ["b", "a"]]  # OOVs: z / c / none
 MECHS = sorted(MECHANISMS)
 LIVE = NEG / 2  # hypotheses scoring below this used an impossible token
+DEVICE = torch.device("cpu")  # set from --device for every test (the autouse fixture below)
+pytestmark = pytest.mark.device
+
+
+@pytest.fixture(autouse=True)
+def _on_device(device: torch.device):
+    global DEVICE
+    DEVICE = device
+    yield
+    DEVICE = torch.device("cpu")
 
 
 def _model(name: str, seed: int = 0, scale: float = 3.0):
-    return toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=seed, scale=scale, emb=8, hidden=16)
+    return toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=seed, scale=scale, emb=8, hidden=16).to(DEVICE)
 
 
 def _batch(srcs=SRCS):
-    return collate(srcs, None, SRC_VOCAB, TGT_VOCAB)
+    return collate(srcs, None, SRC_VOCAB, TGT_VOCAB).to(DEVICE)
 
 
 @torch.no_grad()
@@ -41,7 +52,7 @@ def _brute_force(model, src: list[str], max_len: int) -> list[tuple[list[int], f
     out: list[tuple[list[int], float]] = []
 
     def expand(state, prev: int, prefix: list[int], score: float) -> None:
-        log_probs, state = model.step(state, torch.tensor([prev]))
+        log_probs, state = model.step(state, torch.tensor([prev], device=DEVICE))
         lp = log_probs[0].double().tolist()
         for y, lp_y in enumerate(lp):
             seq, s = prefix + [y], score + lp_y
@@ -58,7 +69,7 @@ def _brute_force(model, src: list[str], max_len: int) -> list[tuple[list[int], f
 
 
 def test_fixture_has_an_extended_vocabulary() -> None:
-    b = _batch()
+    b = collate(SRCS, None, SRC_VOCAB, TGT_VOCAB)
     assert b.n_ext == 1 and b.oovs == [["z"], ["c"], []]
     assert b.src_ext[1].tolist() == [V, 4, V, 5, 4]
 
@@ -112,12 +123,12 @@ def test_greedy_equals_beam_one(name: str) -> None:
     with torch.no_grad():
         batch = _batch([SRCS[0]])
         state = model.encode(batch)
-        prev, total = torch.tensor([2]), 0.0
+        prev, total = torch.tensor([2], device=DEVICE), 0.0
         for y in g[0].ids:
             lp, state = model.step(state, prev)
             assert int(lp[0].argmax()) == y
             total += float(lp[0, y])
-            prev = torch.tensor([y])
+            prev = torch.tensor([y], device=DEVICE)
     assert g[0].score == pytest.approx(total, abs=1e-4)
 
 

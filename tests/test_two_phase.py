@@ -1,6 +1,8 @@
 """Two-phase teacher forcing (recurrence first, then the output layer on all B x T positions at once)
 equals the stepwise computation through ``Seq2Seq.step``, for every mechanism and option set:
-per-token log-likelihoods and training objectives, and the gradients of every parameter, in float64.
+per-token log-likelihoods and training objectives, and the gradients of every parameter, in float64
+(and in float32, the training precision, at float32's tolerance). Marked ``device``: the models and
+batches live on ``--device`` (``pytest --device cuda -m device`` runs them on a GPU).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import torch
 from pipeline.batching import collate
 from pipeline.vocab import SPECIALS, Vocab
 from tests.conftest import toy_model
+
+pytestmark = pytest.mark.device
 
 SRC_WORDS = ["a", "b", "c", "d", "e", "f", "g", "."]
 TGT_WORDS = ["a", "b", "c", "d", "e", "."]  # f, g and z* are decoder OOVs
@@ -48,22 +52,26 @@ OPTION_SETS = [
 ]
 
 
-def _model(name: str, options: dict):
+def _model(name: str, options: dict, device: torch.device, dtype: torch.dtype = torch.float64):
     """``options`` as params.yaml's model slice: shared settings and the mechanism's own section."""
     shared = {k: v for k, v in options.items() if k != name}
-    return toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=3, scale=1.5, config=shared, **options.get(name, {})).double()
+    model = toy_model(name, SRC_VOCAB, TGT_VOCAB, seed=3, scale=1.5, config=shared, **options.get(name, {}))
+    return model.to(device=device, dtype=dtype)
 
 
-def _batch(annotated: bool):
+def _batch(annotated: bool, device: torch.device):
     if annotated:
-        return collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB, pointers=POINTERS, switches=SWITCHES)
-    return collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB)
+        return collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB, pointers=POINTERS, switches=SWITCHES).to(device)
+    return collate(SRCS, TGTS, SRC_VOCAB, TGT_VOCAB).to(device)
 
 
 def _gold_and_grads(model, batch, objective: bool, stepwise: bool):
     model.zero_grad(set_to_none=True)
-    gold = model(batch, objective=objective, stepwise=stepwise)  # (B, T)
-    gold.sum().backward()
+    # cuDNN's RNN backward runs in training mode only: an eval-mode model on a GPU (the float64
+    # maths checks) runs PyTorch's own CUDA RNN kernels instead.
+    with torch.backends.cudnn.flags(enabled=model.training):
+        gold = model(batch, objective=objective, stepwise=stepwise)  # (B, T)
+        gold.sum().backward()
     return gold.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
@@ -75,9 +83,9 @@ CASES = [(n, o, False) for n, o in OPTION_SETS] + [(n, o, True) for n, o in OPTI
 @pytest.mark.parametrize(
     "name,options,annotated", CASES, ids=[f"{n}-{i}{'-annotated' if a else ''}" for i, (n, _, a) in enumerate(CASES)]
 )
-def test_two_phase_equals_stepwise(name: str, options: dict, annotated: bool, objective: bool) -> None:
-    model = _model(name, options)  # eval mode: deterministic (no dropout, no switch noise)
-    batch = _batch(annotated)
+def test_two_phase_equals_stepwise(name: str, options: dict, annotated: bool, objective: bool, device) -> None:
+    model = _model(name, options, device)  # eval mode: deterministic (no dropout, no switch noise)
+    batch = _batch(annotated, device)
     two_phase, grads = _gold_and_grads(model, batch, objective, stepwise=False)
     stepwise, grads_ref = _gold_and_grads(model, batch, objective, stepwise=True)
     real = batch.tgt_out != 0
@@ -89,12 +97,37 @@ def test_two_phase_equals_stepwise(name: str, options: dict, annotated: bool, ob
 
 
 @pytest.mark.parametrize("name", ["copynet", "pointer_generator", "luong"])
-def test_two_phase_equals_stepwise_in_training_mode_without_dropout(name: str) -> None:
+def test_two_phase_equals_stepwise_in_training_mode_without_dropout(name: str, device) -> None:
     """Training mode (the objective, train-time code paths) with dropout 0: still identical."""
-    model = _model(name, {}).train()
-    batch = _batch(False)
+    model = _model(name, {}, device).train()
+    batch = _batch(False, device)
     two_phase, grads = _gold_and_grads(model, batch, None, stepwise=False)
     stepwise, grads_ref = _gold_and_grads(model, batch, None, stepwise=True)
     assert torch.allclose(two_phase, stepwise, rtol=0, atol=1e-9)
     for key, grad in grads.items():
         assert torch.allclose(grad, grads_ref[key], rtol=0, atol=1e-9), key
+
+
+def _relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+# Training mode has no randomness with dropout 0, except Pointer Softmax's noisy switch.
+NOISELESS = [(n, o) for n, o in OPTION_SETS if "noisy" not in str(o)]
+
+
+@pytest.mark.parametrize("name,options", NOISELESS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(NOISELESS)])
+def test_two_phase_equals_stepwise_in_float32(name: str, options: dict, device) -> None:
+    """The training precision and mode: float32 in training mode on the device (cuDNN / cuBLAS
+    kernels on a GPU, TF32 off: tests/conftest.py). The two computations sum in other orders, so they
+    agree to float32's rounding, not to the bit: relative error of the log-likelihoods and of every
+    gradient under 1e-4 (float32 rounding is ~1e-7 per operation; a wrong term is off by far more)."""
+    model = _model(name, options, device, dtype=torch.float32).train()
+    batch = _batch(name == "pointer_softmax", device)
+    two_phase, grads = _gold_and_grads(model, batch, True, stepwise=False)
+    stepwise, grads_ref = _gold_and_grads(model, batch, True, stepwise=True)
+    assert two_phase.dtype == torch.float32
+    assert _relative_error(two_phase, stepwise) < 1e-4
+    assert grads.keys() == grads_ref.keys() and len(grads) > 0
+    for key, grad in grads.items():
+        assert _relative_error(grad, grads_ref[key]) < 1e-4, key
