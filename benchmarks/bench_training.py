@@ -22,6 +22,12 @@ drift in machine speed hits both. Figures:
     .venv/bin/python benchmarks/bench_training.py                       # 1k, 16k, 50k; ~10 min, 1 thread
     .venv/bin/python benchmarks/bench_training.py --vocabs 16000 --mechanisms copynet pointer_generator
     .venv/bin/python benchmarks/bench_training.py --device cuda --threads 0 --steps 20   # a GPU (bf16 autocast)
+    .venv/bin/python benchmarks/bench_training.py --math-pins compare --vocabs 1000 --emb 64 --hidden 128 --batch 32
+
+``--math-pins compare``: the cost of pipeline.math_pins. The same measurement in four fresh
+processes, alternately without and with the pins in their environment (off, on, off, on: the
+libraries read them once, at load), each process timing every mechanism; then each mechanism's
+two-phase tokens/s without and with the pins (the mean of its two processes) and their ratio.
 """
 
 from __future__ import annotations
@@ -71,7 +77,51 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--math-pins",
+        choices=["as-is", "compare"],
+        default="as-is",
+        help="compare: tokens/s without and with pipeline.math_pins.PINS, in alternating fresh processes",
+    )
     return p.parse_args(argv)
+
+
+def compare_math_pins(argv: list[str], args: argparse.Namespace) -> None:
+    """Run this benchmark in fresh processes without / with the pins (off, on, off, on) and print
+    each mechanism's two-phase tokens/s both ways and the ratio."""
+    import subprocess
+    import tempfile
+
+    from pipeline.math_pins import PINS, cpu_model
+
+    rest = [a for i, a in enumerate(argv) if a != "--math-pins" and (i == 0 or argv[i - 1] != "--math-pins")]
+    rates: dict[tuple[str, int], dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, pinned in enumerate((False, True, False, True)):
+            env = {k: v for k, v in os.environ.items() if k not in PINS}
+            if pinned:
+                env.update(PINS)
+            out = Path(tmp) / f"{i}.json"
+            subprocess.run([sys.executable, __file__, *rest, "--json", str(out)], env=env, check=True)
+            for row in json.loads(out.read_text())["results"]:
+                key = (row["mechanism"], row["vocab"])
+                rates.setdefault(key, {"off": [], "on": []})["on" if pinned else "off"].append(row["two_phase_tok_s"])
+    print(f"\n## math pins: {' '.join(f'{k}={v}' for k, v in PINS.items())} ({cpu_model()})")
+    print(
+        "| mechanism | vocabulary | two-phase tok/s unpinned | pinned | pinned / unpinned |\n|---|---:|---:|---:|---:|"
+    )
+    summary = []
+    for (name, vocab), r in rates.items():
+        off, on = sum(r["off"]) / len(r["off"]), sum(r["on"]) / len(r["on"])
+        summary.append(
+            {"mechanism": name, "vocab": vocab, "unpinned_tok_s": off, "pinned_tok_s": on, "ratio": on / off}
+        )
+        print(f"| {DISPLAY_NAMES[name]} | {vocab:,} | {off:,.0f} | {on:,.0f} | {on / off:.2f} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"settings": vars(args), "pins": PINS, "results": summary}, indent=2, default=str)
+        )
 
 
 def batches_for(vocab_size: int, n: int, batch: int, seed: int) -> tuple[Vocab, list]:
@@ -170,7 +220,10 @@ def bench_mechanism(name: str, vocab: Vocab, batches: list, args, device: torch.
 
 
 def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.math_pins == "compare":
+        return compare_math_pins(argv, args)
     device = resolve_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,4 +1,5 @@
-"""Prefect flows, one per DVC stage. Importing this package makes every tool quiet and local.
+"""Prefect flows, one per DVC stage. Importing this package makes every tool quiet and local, and a
+``python -m flows.<stage>`` process pins the CPU math libraries (:mod:`pipeline.math_pins`).
 
 Defaults only (``setdefault``): a user's own PREFECT_API_URL, PREFECT_HOME or
 MLFLOW_TRACKING_URI wins. Without PREFECT_API_URL each flow run starts Prefect's temporary
@@ -30,6 +31,12 @@ for _key, _value in {
     "THP_MEM_ALLOC_ENABLE": "1",
 }.items():
     os.environ.setdefault(_key, _value)
+
+# A `python -m flows.<stage>` process: pin the CPU math libraries before any flow imports torch, so
+# its results are the same bits on every x86-64 machine (pipeline.math_pins; train/evaluate.deterministic).
+from pipeline.math_pins import pin_entry_point  # noqa: E402
+
+pin_entry_point()
 
 
 def cli(flow_fn, doc: str | None, *names: str):

@@ -21,7 +21,7 @@ from pipeline.paths import TaskPaths
 from pipeline.plots import grouped_bars
 from pipeline.shards import write_json_atomic, write_text_atomic
 from pipeline.tasks import effective_params, primary_metric, task_names
-from pipeline.tracking.registry import model_name, promote_best
+from pipeline.tracking.registry import model_name, promote_best, version_tags
 from pipeline.tracking.runs import (
     describe_experiment,
     git_commit,
@@ -51,12 +51,13 @@ def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[st
     split, key, higher = primary_metric(params, paths.task)
     same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
     champ = promote_best(paths.task, f"{split}.{key}", higher, prefix, where=same_data)
-    line = (
-        ""
-        if champ is None
-        else f"\nMLflow registry: `models:/{model_name(paths.task, prefix)}@champion` = version {champ} (best {split} {key}).\n"
-    )
-    return champ, line
+    if champ is None:
+        return None, ""
+    # The page names the champion's mechanism, not its version number: every rerun registers new
+    # versions, and the page (a DVC output) must be the same bytes for the same results.
+    mechanism = version_tags(model_name(paths.task, prefix), champ).get("mechanism", "?")
+    name = model_name(paths.task, prefix)
+    return champ, f"\nMLflow registry: `models:/{name}@champion` is the {mechanism} model (best {split} {key}).\n"
 
 
 def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict, display: dict[str, str]) -> Path:

@@ -67,19 +67,21 @@ def heatmap(
     return out
 
 
-def training_run(paths: TaskPaths, mechanism: str) -> str | None:
-    """The MLflow run id of the training that wrote the checkpoint (run.json), which evaluation
-    reopens and registers the model under; None outside the pipeline (no run.json)."""
-    run_file = paths.checkpoints(mechanism) / "run.json"
+def training_run(paths: TaskPaths, mechanism: str) -> tuple[str | None, str | None]:
+    """``(run id, model sha256)`` of the training that wrote the checkpoint (the train state's
+    run.json): evaluation reopens that MLflow run, registers the model under it, and refuses a
+    model.pt that is not the file that run wrote. ``(None, None)`` without run.json (a model pulled
+    from a DVC remote, trained elsewhere): evaluation then opens a run of its own."""
+    run_file = paths.train_state(mechanism) / "run.json"
     if not run_file.exists():
-        return None
+        return None, None
     recorded = json.loads(run_file.read_text())
     if not recorded.get("completed"):
         raise CheckpointError(
             f"{run_file}: the training run {recorded.get('run_id')} did not complete; "
             "rerun the train stage before evaluating"
         )
-    return recorded["run_id"]
+    return recorded["run_id"], recorded.get("model_sha256")
 
 
 def register_model(run, paths: TaskPaths, mechanism: str, params: dict, ev: dict, metrics: dict, split: str) -> str:
@@ -114,15 +116,15 @@ def register_model(run, paths: TaskPaths, mechanism: str, params: dict, ev: dict
 
 @flow(name="evaluate")
 def evaluate_flow(task_name: str, mechanism: str, params_path: str | None = None) -> dict:
-    params = effective_params(load_params(params_path), task_name)
+    params = effective_params(load_params(params_path), task_name, mechanism)
     ev = section(params, "evaluate")
     cfg = EvalConfig.from_dict({k: v for k, v in ev.items() if k != "heatmap"})
     paths = TaskPaths(task_name, project_root(params_path))
     device = resolve_device(cfg.device)
     compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
-    run_id = training_run(paths, mechanism)
-    model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, stamp=run_id)
+    run_id, model_sha256 = training_run(paths, mechanism)
+    model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, sha256=model_sha256)
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
     with nondeterministic_ops_named(device, "evaluate.deterministic"):

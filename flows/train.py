@@ -15,6 +15,7 @@ import subprocess
 from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
+from pipeline.checkpoints import file_sha256
 from pipeline.distributed import torchrun_command
 from pipeline.params import load_params, project_root, section
 from pipeline.paths import TaskPaths
@@ -27,11 +28,14 @@ from pipeline.tracking.runs import (
     task_manifests,
     task_params,
 )
-from pipeline.train import compute_settings
+from pipeline.train import compute_settings, without_wall_clock
 from pipeline.train_job import TrainJob, worker_args
 
 
 def curve_csv(history: list[dict]) -> str:
+    """The learning curve for DVC's plots, without the wall-clock figures (pipeline.train.WALL_CLOCK):
+    the same training writes the same bytes (tokens/s goes to MLflow)."""
+    history = without_wall_clock(history)
     buf = io.StringIO()
     columns = list(dict.fromkeys(key for row in history for key in row)) or ["step"]  # every row's keys, in order
     writer = csv.DictWriter(buf, fieldnames=columns)
@@ -49,8 +53,10 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
     ckpt_dir = paths.checkpoints(mechanism)
     _, sizes = job.build_model()
 
-    # Reopen the MLflow run only when resuming an interrupted run of the same configuration.
-    run_file = ckpt_dir / "run.json"
+    # Reopen the MLflow run only when resuming an interrupted run of the same configuration. run.json
+    # sits beside last.pt in the train state, outside the stage's DVC output (its run id differs
+    # from run to run); the evaluate stage reads it to reopen the run and to check model.pt.
+    run_file = paths.train_state(mechanism) / "run.json"
     identity = {"model": vars(model_cfg), "train": vars(train_cfg), "data": job.data_hash}
     previous = None
     if run_file.exists():
@@ -93,18 +99,21 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
             history = json.loads((ckpt_dir / "history.json").read_text())
         else:
             history = job.run(
-                stamp=run.run_id,
+                run_key=run.run_id,
                 on_validate=lambda row: run.metrics(row, step=row["step"]),
                 on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]}, step=row["step"]),
             )
         write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
-        write_json_atomic(run_file, {"run_id": run.run_id, "identity": identity, "completed": True})
+        model_sha256 = file_sha256(ckpt_dir / "model.pt")  # the model this run wrote (evaluate checks it)
+        write_json_atomic(
+            run_file, {"run_id": run.run_id, "identity": identity, "completed": True, "model_sha256": model_sha256}
+        )
     return history[-1] if history else {}
 
 
 @flow(name="train")
 def train_flow(task_name: str, mechanism: str, params_path: str | None = None) -> dict:
-    params = effective_params(load_params(params_path), task_name)
+    params = effective_params(load_params(params_path), task_name, mechanism)
     last = fit(TaskPaths(task_name, project_root(params_path)), mechanism, params, params_path)
     print(f"{task_name}/{mechanism}: " + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
     return last

@@ -6,8 +6,11 @@
   model_config  the ModelConfig fields it was built with
   mechanism     its mechanism name
   vocab         {"src": {"size", "sha256"}, "tgt": {"size", "sha256"}} of the vocabularies it was trained with
-  stamp         the identity of the training run that wrote it (the train stage's MLflow run id)
   step, epoch, valid_loss
+
+and nothing that depends on the run (no run id, no time): the same training writes the same bytes,
+so DVC sees an unchanged output after a rerun. Which MLflow run wrote it is recorded beside it, in
+the train state's run.json, with the file's sha256 (``file_sha256``), which the evaluate stage checks.
 
 Every load goes through ``torch.load(weights_only=True)``: a file that needs arbitrary objects
 unpickled (a crafted checkpoint whose loading would run code) is refused before anything in it
@@ -35,6 +38,15 @@ class CheckpointError(ValueError):
 def vocab_identity(vocab: Vocab) -> dict:
     """Size and content hash of a vocabulary (its tokens in id order)."""
     return {"size": len(vocab), "sha256": hashlib.sha256("\n".join(vocab.itos).encode("utf-8")).hexdigest()}
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_file(path: str | Path, device: torch.device | str = "cpu") -> dict:
@@ -76,22 +88,23 @@ def load_model(
     mechanism: str,
     device: torch.device | str = "cpu",
     vocabs: tuple[Vocab, Vocab] | None = None,
-    stamp: str | None = None,
+    sha256: str | None = None,
 ):
     """Rebuild a model from model.pt (weights + the config it was trained with), in eval mode.
-    ``vocabs``: the (source, target) vocabularies it will be used with, checked; ``stamp``: the
-    training run it must come from (the evaluate stage registers it under that run). Returns
-    ``(model, checkpoint dict)``."""
+    ``vocabs``: the (source, target) vocabularies it will be used with, checked; ``sha256``: the
+    file's content hash as the training run that wrote it recorded it (the evaluate stage registers
+    the model under that run, so the file must be that run's). Returns ``(model, checkpoint dict)``."""
     path = Path(path)
+    if sha256 is not None and file_sha256(path) != sha256:
+        raise CheckpointError(
+            f"{path} is not the model.pt its training run wrote (sha256 {file_sha256(path)[:12]}, the run recorded "
+            f"{sha256[:12]} in run.json): it is another run's model (a training that failed leaves no model of its "
+            "own); rerun training"
+        )
     ckpt = load_file(path, device)
     trained_as = ckpt.get("mechanism")
     if trained_as is not None and trained_as != mechanism:
         raise CheckpointError(f"{path} is a {trained_as} model, not {mechanism}")
-    if stamp is not None and ckpt.get("stamp") != stamp:
-        raise CheckpointError(
-            f"{path} was written by training run {ckpt.get('stamp')!r}, not by run {stamp!r} that run.json "
-            "names: it is another run's model (a training that failed leaves no model of its own); rerun training"
-        )
     if vocabs is not None:
         check_vocabularies(path, ckpt, vocabs)
     try:

@@ -31,6 +31,11 @@ class TaskPaths:
     def checkpoints(self, mechanism: str) -> Path:
         return self.root / "data" / "checkpoints" / self.task / mechanism
 
+    def train_state(self, mechanism: str) -> Path:
+        """The train stage's working state, which no DVC output holds (its bytes depend on the run):
+        last.pt (resumable) and run.json (the MLflow run and the sha256 of the model.pt it wrote)."""
+        return self.root / "data" / "train_state" / self.task / mechanism
+
     def learning_curve(self, mechanism: str) -> Path:
         return self.root / "data" / "plots" / "learning_curves" / self.task / f"{mechanism}.csv"
 

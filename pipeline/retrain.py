@@ -161,13 +161,11 @@ def metric_spec(params: dict, cfg: RetrainConfig) -> MetricSpec:
     return MetricSpec(split, tuple(key.split(".")), higher)
 
 
-def task_params(params: dict, task_name: str) -> dict:
-    """The params a stage of ``task_name`` reads (the task's overrides applied, when it has any)."""
-    try:
-        from pipeline.tasks import effective_params
-    except ImportError:  # a project without per-task settings
-        return params
-    return effective_params(params, task_name)
+def task_params(params: dict, task_name: str, mechanism: str | None = None) -> dict:
+    """The params a stage of ``task_name`` (and ``mechanism``) reads: the task's overrides applied."""
+    from pipeline.tasks import effective_params
+
+    return effective_params(params, task_name, mechanism)
 
 
 # --------------------------------------------------------------------------- #
@@ -400,7 +398,10 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
     if not vocab_dir.exists():  # a retry keeps the first attempt's snapshot
         subword = paths.shards / "subword.model"  # a sentencepiece corpus is served with its model
         copy_dir_atomic(paths.vocab, vocab_dir, extra=[subword] if subword.exists() else [])
-    # The snapshot holds the vocabularies and the splits encoded with them (pipeline.encoded).
+    # The snapshot holds the vocabularies and the splits encoded with them (pipeline.encoded). The
+    # mechanism's own overrides (task_settings.<task>.mechanisms) apply as in the train stage
+    # (merging the task's layers again over params that already hold them changes nothing).
+    params = task_params(params, task_name, mechanism)
     job = TrainJob(paths, mechanism, params, vocab_dir=vocab_dir)
     model_cfg, train_cfg = job.model_cfg, job.train_cfg
     manifests = {s: read_manifest(paths.split(s)) for s in ("train", "valid")}
@@ -414,7 +415,7 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg)})
         history = job.run(
-            on_validate=lambda row: run.metrics(row, step=row["step"]), checkpoints=ckpt_dir, stamp=run.run_id
+            on_validate=lambda row: run.metrics(row, step=row["step"]), checkpoints=ckpt_dir, run_key=run.run_id
         )
     if not (ckpt_dir / "model.pt").exists():
         raise RuntimeError(f"training {mechanism} wrote no {ckpt_dir / 'model.pt'} (train.epochs = {train_cfg.epochs})")

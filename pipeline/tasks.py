@@ -11,7 +11,10 @@
   laptop), of which ``preset`` selects one.
 
 A stage reads ``effective_params(params, task)``: the shared sections deep-merged with the task's
-overrides, then its preset's. A task without settings runs on the shared sections as they are.
+overrides, then its preset's. A task without settings runs on the shared sections as they are. The
+train and evaluate stages of one mechanism read ``effective_params(params, task, mechanism)``, which
+also merges ``task_settings.<task>.mechanisms.<mechanism>`` (and the same under the preset) last:
+e.g. ``mechanisms: {copynet: {train: {epochs: 20}}}`` when one mechanism needs more steps.
 
 ``python -m pipeline.tasks list`` shows every known task and whether its data is present;
 ``python -m pipeline.tasks enable --available`` (or ``enable NAME ...``) rewrites the ``tasks``
@@ -34,6 +37,7 @@ import yaml
 from pipeline.params import REPO_ROOT, load_params, section
 
 TASK_SECTIONS = ("vocab", "model", "train", "evaluate", "compare")
+MECHANISM_SECTIONS = ("model", "train", "evaluate")  # what task_settings.<task>.mechanisms.<m> may override
 
 
 def deep_merge(base: dict, *overrides: dict) -> dict:
@@ -67,19 +71,35 @@ def preset_overrides(params: dict, task: str) -> dict:
     return presets[name] or {}
 
 
-def effective_params(params: dict, task: str) -> dict:
-    """params with the shared sections overridden by the task's settings and its preset."""
+def effective_params(params: dict, task: str, mechanism: str | None = None) -> dict:
+    """params with the shared sections overridden by the task's settings and its preset; with
+    ``mechanism``, then by that mechanism's overrides in the task's settings and in its preset."""
     settings, preset = task_settings(params, task), preset_overrides(params, task)
-    unknown = sorted(set(preset) - set(TASK_SECTIONS))
+    unknown = sorted(set(preset) - {*TASK_SECTIONS, "mechanisms"})
     if unknown:
         raise KeyError(
             f"params.yaml: task_settings.{task}.presets.{params.get('preset')} has unknown sections "
-            f"{unknown}; allowed: {list(TASK_SECTIONS)}"
+            f"{unknown}; allowed: {[*TASK_SECTIONS, 'mechanisms']}"
         )
+    layers = [settings, preset]
+    if mechanism is not None:
+        layers += [_mechanism_overrides(settings, task, mechanism), _mechanism_overrides(preset, task, mechanism)]
     out = dict(params)
     for name in TASK_SECTIONS:
-        out[name] = deep_merge(params.get(name) or {}, settings.get(name) or {}, preset.get(name) or {})
+        out[name] = deep_merge(params.get(name) or {}, *(layer.get(name) or {} for layer in layers))
     return out
+
+
+def _mechanism_overrides(settings: dict, task: str, mechanism: str) -> dict:
+    """``settings['mechanisms'][mechanism]``, checked: only the sections one mechanism may change."""
+    overrides = (settings.get("mechanisms") or {}).get(mechanism) or {}
+    unknown = sorted(set(overrides) - set(MECHANISM_SECTIONS))
+    if unknown:
+        raise KeyError(
+            f"params.yaml: task_settings.{task}...mechanisms.{mechanism} has unknown sections {unknown}; "
+            f"allowed: {list(MECHANISM_SECTIONS)}"
+        )
+    return overrides
 
 
 def primary_metric(params: dict, task: str) -> tuple[str, str, bool]:

@@ -44,6 +44,7 @@ from models.config import dataclass_from_dict
 from pipeline.batching import token_batches
 from pipeline.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
 from pipeline.encoded import EncodedSplit
+from pipeline.math_pins import math_state
 from pipeline.schedule import EarlyStopping, LRSchedule
 from pipeline.shards import atomic_path, write_json_atomic
 from pipeline.vocab import Vocab
@@ -167,7 +168,8 @@ def autocast(device: torch.device, amp: str = "auto"):
 
 def compute_settings(threads: int, deterministic: bool) -> dict:
     """Fix what decides the floating-point reduction order of a stage (thread count, deterministic
-    kernels; on CUDA also cuBLAS's workspace) and return it, to be recorded with the run."""
+    kernels; on CUDA also cuBLAS's workspace) and return it, with what the process's math libraries
+    were pinned to (pipeline.math_pins: set before torch loaded), to be recorded with the run."""
     import os
 
     if threads:
@@ -180,6 +182,7 @@ def compute_settings(threads: int, deterministic: bool) -> dict:
         "threads": torch.get_num_threads(),
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **math_state(),  # the CPU's model name and instruction sets, the math pins and whether they hold
     }
 
 
@@ -204,9 +207,21 @@ def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
 
 
 def save_atomic(obj, path: Path) -> None:
-    """torch.save to a temp file in the same directory, then rename: never a half-written file."""
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    """torch.save to a temp file in the same directory, then rename: never a half-written file.
+    Saved through an open file, not a path: given a path, torch names the archive inside the file
+    after it (the random temp name), so the same tensors would give other bytes every time."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+
+
+# Learning-curve fields that measure the machine, not the model: they go to MLflow and the log, never
+# into a file DVC tracks (history.json, the learning-curve CSV), so a rerun rewrites those files
+# byte for byte.
+WALL_CLOCK = ("tokens_per_s",)
+
+
+def without_wall_clock(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in history]
 
 
 def fingerprint(*parts: dict) -> str:
@@ -326,13 +341,19 @@ def train(
     ctx: DistContext = ONE_PROCESS,
     source_vocab: Vocab | None = None,
     model_info: dict | None = None,
+    state_dir: Path | None = None,
+    run_key: str = "",
 ) -> list[dict]:
     """Train; returns the learning curve (one dict per validation, the first at step 0: the untrained
     model). ``source_vocab``: pass it for a model that reads source words (Read-Again's sentence
     ends). ``model_info``: what model.pt records besides weights and config (pipeline.checkpoints:
-    mechanism, vocabularies, the training run's stamp). Raises ``NonFiniteLoss`` on a NaN/inf loss
-    and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
+    mechanism, vocabularies). ``ckpt_dir`` receives model.pt and history.json, whose bytes depend on
+    the inputs only (no run identity, no wall-clock figure: DVC tracks them); ``state_dir`` (default
+    ``ckpt_dir``) the resumable last.pt. ``run_key``: the training run's identity (the train stage's
+    MLflow run id): a last.pt of another run is never resumed. Raises ``NonFiniteLoss`` on a NaN/inf
+    loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
     ckpt_dir = Path(ckpt_dir)
+    state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
     device = resolve_device(cfg.device, ctx)
     compute_settings(cfg.threads, cfg.deterministic)
     model.to(device)
@@ -345,15 +366,15 @@ def train(
     )
     optimizer = _optimizer(cfg, model, device)
     schedule, stopper, prog = cfg.schedule(), EarlyStopping(cfg.patience, cfg.min_delta), Progress()
-    # A run resumes only its own last.pt: same settings, data and training run. The stamp is in the
+    # A run resumes only its own last.pt: same settings, data and training run. The run is in the
     # fingerprint because model.pt (the best validation so far) may date from before the interruption:
-    # resumed under another run (its MLflow run was not found again), that model would carry the
-    # other run's stamp, and evaluate would rightly refuse it. Such a run starts afresh instead.
-    fp = fingerprint(asdict(cfg), model_config, {"data": data_hash, **(model_info or {})})
+    # resumed under another MLflow run (the first one was not found again), the run that logged the
+    # early epochs would not be the one the model is registered under. Such a run starts afresh.
+    fp = fingerprint(asdict(cfg), model_config, {"data": data_hash, **(model_info or {}), "run": run_key})
 
-    last = ckpt_dir / "last.pt"
+    last = state_dir / "last.pt"
     if ctx.is_main:  # temp files of a write that a killed run never finished
-        for stale in ckpt_dir.glob(".*.tmp"):
+        for stale in {*ckpt_dir.glob(".*.tmp"), *state_dir.glob(".*.tmp")}:
             stale.unlink(missing_ok=True)
     ckpt = _load_resumable(last, device)
     resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
@@ -421,7 +442,7 @@ def train(
         schedule.observe(row["valid_loss"])
         stopper.observe(row["valid_loss"])
         if ctx.is_main:
-            write_json_atomic(ckpt_dir / "history.json", prog.history)
+            write_json_atomic(ckpt_dir / "history.json", without_wall_clock(prog.history))
             trained = f"train_loss {row['train_loss']:.4f} " if row["train_loss"] is not None else "(untrained) "
             print(
                 f"step {prog.step} (epoch {row['epoch']}): {trained}valid_loss {row['valid_loss']:.4f} "

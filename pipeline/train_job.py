@@ -76,10 +76,15 @@ class TrainJob:
         on_validate: Callable[[dict], None] | None = None,
         on_step: Callable[[dict], None] | None = None,
         checkpoints: Path | None = None,
-        stamp: str = "",
+        state: Path | None = None,
+        run_key: str = "",
     ) -> list[dict]:
-        """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>);
-        ``stamp``: the training run's identity recorded in model.pt (the train stage's MLflow run id)."""
+        """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>,
+        model.pt and history.json) with the resumable last.pt in ``state`` (default: the train
+        stage's data/train_state/<task>/<mechanism>, unless ``checkpoints`` is given: then there);
+        ``run_key``: the training run's identity (the train stage's MLflow run id), see pipeline.train."""
+        if state is None:
+            state = checkpoints or self.paths.train_state(self.mechanism)
         model, _ = self.build_model()
         source = self.src_vocab if _needs_source_words(self.mechanism, self.model_cfg) else None
         return train(
@@ -97,8 +102,9 @@ class TrainJob:
             model_info={
                 "mechanism": self.mechanism,
                 "vocab": {"src": vocab_identity(self.src_vocab), "tgt": vocab_identity(self.tgt_vocab)},
-                "stamp": stamp,
             },
+            state_dir=state,
+            run_key=run_key,
         )
 
 
@@ -108,7 +114,7 @@ def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | Non
     if params_path:
         args += ["--params", str(Path(params_path).resolve())]
     if mlflow_run_id:
-        args += ["--mlflow-run-id", mlflow_run_id, "--stamp", mlflow_run_id]
+        args += ["--mlflow-run-id", mlflow_run_id, "--run-key", mlflow_run_id]
     return args
 
 
@@ -118,9 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mechanism", required=True)
     parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
     parser.add_argument("--mlflow-run-id", default=None, help="rank 0 logs the learning curve to this run")
-    parser.add_argument("--stamp", default="", help="the training run's identity, recorded in model.pt")
+    parser.add_argument(
+        "--run-key", default="", help="the training run's identity (a last.pt of another is not resumed)"
+    )
     args = parser.parse_args(argv)
-    params = effective_params(load_params(args.params), args.task)
+    params = effective_params(load_params(args.params), args.task, args.mechanism)
     job = TrainJob(TaskPaths(args.task, project_root(args.params)), args.mechanism, params)
     ctx = init_from_env(resolve_device(job.train_cfg.device).type)
     on_validate = on_step = None
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         on_validate = lambda row: log(row, row["step"])  # noqa: E731
         on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
     try:
-        job.run(ctx, on_validate, on_step, stamp=args.stamp)
+        job.run(ctx, on_validate, on_step, run_key=args.run_key)
     finally:
         shutdown(ctx)
 

@@ -55,10 +55,7 @@ def length_penalty(root: Path, rule: str, mechanism: str, penalties: list[float]
     torch.set_num_threads(1)
     paths = TaskPaths("copy_rules", root)
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
-    run_id = json.loads((paths.checkpoints(mechanism) / "run.json").read_text())["run_id"]
-    model, _ = load_model(
-        paths.checkpoints(mechanism) / "model.pt", mechanism, torch.device("cpu"), vocabs, stamp=run_id
-    )
+    model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, torch.device("cpu"), vocabs)
     table = read_split(paths.split("valid"))
     table = table.take([i for i, r in enumerate(table.column("rule_type").to_pylist()) if r == rule])
     for lp in penalties:

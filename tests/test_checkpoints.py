@@ -3,6 +3,7 @@ training run it was made by; a training that fails leaves no model behind."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from models.config import ModelConfig
-from pipeline.checkpoints import CheckpointError, load_model, vocab_identity
+from pipeline.checkpoints import CheckpointError, file_sha256, load_file, load_model, vocab_identity
 from pipeline.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.train import NoImprovement, TrainConfig, build_seeded_model, train
 from pipeline.vocab import SPECIALS, Vocab
@@ -39,7 +40,7 @@ def trained(tmp_path_factory):
     splits = generate_examples(RulesConfig(n_rules=4, instances_per_rule=8, unseen_per_rule=1, max_filler=3))
     encoded, src, tgt = encoded_task(root, {k: splits[k] for k in ("train", "valid")}, schema=SCHEMA)
     cfg = ModelConfig(src_vocab=len(src), tgt_vocab=len(tgt), emb=8, hidden=8)
-    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}, "stamp": "run-a"}
+    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}}
     train(
         build_seeded_model("copynet", cfg, 0),
         encoded["train"],
@@ -49,6 +50,7 @@ def trained(tmp_path_factory):
         model_config=vars(cfg),
         progress=False,
         model_info=info,
+        run_key="run-a",
     )
     return root, encoded, src, tgt, cfg
 
@@ -112,7 +114,7 @@ def test_a_crafted_last_pt_in_a_checkpoint_directory_is_never_unpickled(trained,
 def test_another_vocabulary_or_mechanism_is_a_clear_error(trained):
     root, _, src, tgt, _ = trained
     path = root / "ckpt" / "model.pt"
-    model, ckpt = load_model(path, "copynet", vocabs=(src, tgt), stamp="run-a")  # the right ones load
+    model, ckpt = load_model(path, "copynet", vocabs=(src, tgt), sha256=file_sha256(path))  # the right ones load
     assert ckpt["mechanism"] == "copynet" and not model.training
     bigger = Vocab(tgt.itos + ["zzz"], tgt.counts + [1])
     with pytest.raises(CheckpointError, match=r"tgt vocabulary of \d+ words .* differ in size"):
@@ -126,9 +128,39 @@ def test_another_vocabulary_or_mechanism_is_a_clear_error(trained):
 
 
 def test_a_model_of_another_training_run_is_refused(trained):
+    """The train stage records the sha256 of the model.pt it wrote (run.json); any other file is refused."""
     root, _, src, tgt, _ = trained
-    with pytest.raises(CheckpointError, match="another run's model"):
-        load_model(root / "ckpt" / "model.pt", "copynet", vocabs=(src, tgt), stamp="run-b")
+    path = root / "ckpt" / "model.pt"
+    recorded = file_sha256(path)
+    other = hashlib.sha256(b"another run's model.pt").hexdigest()
+    with pytest.raises(CheckpointError, match="is not the model.pt its training run wrote.*another run's model"):
+        load_model(path, "copynet", vocabs=(src, tgt), sha256=other)
+    assert recorded == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_model_pt_holds_nothing_of_the_run(trained, tmp_path):
+    """model.pt is a DVC output: the same training (another run key, another directory) writes the
+    same bytes, and it records no run identity."""
+    root, encoded, src, tgt, cfg = trained
+    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}}
+    train(
+        build_seeded_model("copynet", cfg, 0),
+        encoded["train"],
+        encoded["valid"],
+        TrainConfig(epochs=1, batch_size=8, lr=0.01),
+        tmp_path / "again",
+        model_config=vars(cfg),
+        progress=False,
+        model_info=info,
+        run_key="run-b",
+        state_dir=tmp_path / "state",
+    )
+    assert (tmp_path / "again" / "model.pt").read_bytes() == (root / "ckpt" / "model.pt").read_bytes()
+    assert (tmp_path / "again" / "history.json").read_bytes() == (root / "ckpt" / "history.json").read_bytes()
+    assert "tokens_per_s" not in (tmp_path / "again" / "history.json").read_text()
+    assert (tmp_path / "state" / "last.pt").exists() and not (tmp_path / "again" / "last.pt").exists()
+    saved = load_file(tmp_path / "again" / "model.pt")
+    assert set(saved) == {"model", "model_config", "mechanism", "vocab", "step", "epoch", "valid_loss"}
 
 
 def test_a_training_that_never_improves_fails_and_leaves_no_model(trained, tmp_path):

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from pipeline.math_pins import cpu_model
+
 pytestmark = pytest.mark.slow
 
 
@@ -31,7 +33,9 @@ def test_all_flows_end_to_end(harness, tiny_project):
         last = train_flow("copy_rules", mech, params)
         assert last["epoch"] == 2 and last["valid_loss"] > 0
         ckpt = tiny_project / f"data/checkpoints/copy_rules/{mech}"
-        assert (ckpt / "model.pt").exists() and (ckpt / "last.pt").exists()
+        state = tiny_project / f"data/train_state/copy_rules/{mech}"
+        assert sorted(p.name for p in ckpt.iterdir()) == ["history.json", "model.pt"]  # the DVC output
+        assert (state / "last.pt").exists() and json.loads((state / "run.json").read_text())["completed"]
         curve = (tiny_project / f"data/plots/learning_curves/copy_rules/{mech}.csv").read_text().splitlines()
         assert curve[0].startswith("step,epoch,") and len(curve) == 4  # header, step 0, 2 epochs
 
@@ -62,6 +66,12 @@ def test_all_flows_end_to_end(harness, tiny_project):
         m = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())
         assert by_name[mech]["metrics.test.top1"] == pytest.approx(m["test"]["top1"])
         assert by_name[mech]["metrics.valid_loss"] > 0
+        # What decided the run's arithmetic (pipeline.math_pins): this test process imported torch
+        # before any pinning, and the tags say so rather than claim it pinned.
+        for stage in ("train", "evaluate"):
+            assert by_name[mech][f"tags.{stage}.compute.cpu"] == cpu_model()
+            assert by_name[mech][f"tags.{stage}.compute.math_pinned"] == "false"
+            assert by_name[mech][f"tags.{stage}.compute.threads"] == "1"  # tiny_params' fixed count
     # The experiment opens on runs (a model-training experiment), and the pipeline's parent run
     # holds the comparison: a metric per mechanism and split, the table and the chart.
     client = mlflow.MlflowClient()

@@ -39,6 +39,24 @@ def test_effective_params_applies_task_then_preset():
     assert eff["model"] == params["model"] and eff["evaluate"]["group_by"] == "rule_type"
 
 
+def test_a_mechanism_override_applies_to_that_mechanism_only_and_last():
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["preset"] = "cpu"
+    settings = params["task_settings"]["gigaword"]
+    settings["mechanisms"] = {"copynet": {"train": {"epochs": 20, "lr": 0.01}}}
+    settings["presets"]["cpu"]["mechanisms"] = {"copynet": {"train": {"lr": 0.02}}}
+    task = effective_params(params, "gigaword")
+    own = effective_params(params, "gigaword", "copynet")
+    other = effective_params(params, "gigaword", "rnnsearch")
+    assert task["train"]["epochs"] == 6 and other["train"] == task["train"]  # the cpu preset's 6 epochs
+    assert own["train"]["epochs"] == 20  # the mechanism's override wins over the task's preset
+    assert own["train"]["lr"] == 0.02  # ... and the preset's own mechanism override over the task's
+    assert own["model"] == task["model"] and own["vocab"] == task["vocab"]
+    settings["mechanisms"]["copynet"]["vocab"] = {"min_count": 2}  # vocabularies are per task
+    with pytest.raises(KeyError, match=r"mechanisms.copynet has unknown sections \['vocab'\]"):
+        effective_params(params, "gigaword", "copynet")
+
+
 def test_unknown_preset_and_section_are_errors():
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["preset"] = "gpu"

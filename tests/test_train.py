@@ -172,11 +172,12 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
 
 def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(data, tmp_path, capsys):
     """model.pt may date from before the interruption; continued under another training run (its
-    MLflow run was not found again), it would carry the first run's stamp. Such a run starts afresh."""
+    MLflow run was not found again), the run that logged the first epochs would not be the one the
+    model is registered under. Such a run starts afresh: the run key is in last.pt's fingerprint."""
     _, encoded, src, tgt = data
     cfg = _cfg(src, tgt)
 
-    def run(stamp: str, on_step=None):
+    def run(run_key: str, on_step=None):
         return train(
             build_seeded_model("copynet", cfg, 0),
             encoded["train"],
@@ -187,7 +188,8 @@ def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(dat
             data_hash="d",
             progress=False,
             on_step=on_step,
-            model_info={"mechanism": "copynet", "stamp": stamp},
+            model_info={"mechanism": "copynet"},
+            run_key=run_key,
         )
 
     class Stop(Exception):
@@ -199,12 +201,13 @@ def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(dat
 
     with pytest.raises(Stop):
         run("run-a", stop_at_5)
-    assert torch.load(tmp_path / "model.pt", weights_only=True)["stamp"] == "run-a"  # the best before step 5
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["step"] == 4  # stopped before its save
     capsys.readouterr()
     history = run("run-b")
     assert "starting afresh" in capsys.readouterr().err
     assert [r["epoch"] for r in history] == [0, 1, 2, 3]  # from the start, not from step 4
-    assert torch.load(tmp_path / "model.pt", weights_only=True)["stamp"] == "run-b"
+    straight = run("run-c")  # a completed run is never resumed: the same training again
+    assert [r["valid_loss"] for r in straight] == [r["valid_loss"] for r in history]
 
 
 def test_rerun_after_a_completed_run_starts_afresh(data, tmp_path):

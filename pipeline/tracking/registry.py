@@ -223,6 +223,11 @@ def promote_best(
     return best
 
 
+def version_tags(name: str, version: str | int) -> dict[str, str]:
+    """The tags of registered model ``name`` version ``version`` (mechanism, metrics, data hashes)."""
+    return dict(_client().get_model_version(name, str(version)).tags)
+
+
 def download_version(name: str, version: str | int, dst: Path) -> Path:
     """Download every artifact of registered model ``name`` version ``version`` under ``dst``."""
     import mlflow

@@ -1,0 +1,116 @@
+"""Which CPU math pins make two machines compute the same bits: ``pipeline.math_check``'s fingerprints
+(matrix products, exp/log, log_softmax, normal RNG, GRU, LSTM) in fresh processes that simulate other
+x86-64 machines on this one, under three pin levels.
+
+Simulated machines (environment of the child process):
+  this CPU              nothing changed
+  AVX2-only             MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2
+                        (what a CPU without AVX-512 computes by default)
+  other vendor          on an AMD CPU: MKL made to believe it runs on an Intel CPU (a two-line shim,
+                        LD_PRELOADed, that answers MKL's vendor check; built with the C compiler, skipped
+                        without one), so MKL takes its Intel code paths; on an Intel CPU: not simulated
+  other vendor, AVX2    both
+Pin levels: none; ``avx2-branch`` (MKL_CBWR=AVX2,STRICT with the ATen/oneDNN pins: what MKL's own
+docs suggest, reproducible on Intel CPUs only); ``pinned`` (pipeline.math_pins.PINS: MKL's COMPATIBLE
+branch). A level gives the same bits everywhere iff its column holds one fingerprint set.
+
+    .venv/bin/python benchmarks/bench_math_pins.py          # ~30 s
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.math_pins import PINS, cpu_model  # noqa: E402
+
+SHIM_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
+AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+LEVELS = {
+    "none": {},
+    "avx2-branch": {**PINS, "MKL_CBWR": "AVX2,STRICT"},
+    "pinned": dict(PINS),
+}
+
+
+def intel_mkl_shim(workdir: Path) -> Path | None:
+    """A shared library that makes MKL take its Intel code paths on a non-Intel CPU, or None when
+    this CPU is an Intel one (nothing to simulate) or no C compiler is here."""
+    if "intel" in cpu_model().lower():
+        return None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    src, lib = workdir / "intel_mkl_shim.c", workdir / "libintel_mkl_shim.so"
+    src.write_text(SHIM_C)
+    done = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True)
+    return lib if done.returncode == 0 else None
+
+
+def machines(shim: Path | None) -> dict[str, dict[str, str]]:
+    out = {"this CPU": {}, "AVX2-only": dict(AVX2_ONLY)}
+    if shim is not None:
+        out["other vendor"] = {"LD_PRELOAD": str(shim)}
+        out["other vendor, AVX2-only"] = {"LD_PRELOAD": str(shim), **AVX2_ONLY}
+    return out
+
+
+def unpinned_params(workdir: Path) -> Path:
+    """params.yaml with deterministic false, so the child process leaves its environment as given."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for name in ("train", "evaluate"):
+        params[name]["deterministic"] = False
+    path = workdir / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def fingerprints(machine_env: dict, level_env: dict, params: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {*PINS, *AVX2_ONLY, "LD_PRELOAD"}}
+    env.update(machine_env)
+    env.update(level_env)  # the pins win over the machine's own settings, as on a real machine
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.math_check", "--params", str(params)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)["fingerprints"]
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        shim, params = intel_mkl_shim(workdir), unpinned_params(workdir)
+        sims = machines(shim)
+        print(f"# CPU: {cpu_model()}; other-vendor simulation: {'on' if shim else 'off (Intel CPU or no C compiler)'}")
+        results = {
+            level: {m: fingerprints(env, level_env, params) for m, env in sims.items()}
+            for level, level_env in LEVELS.items()
+        }
+    ops = list(next(iter(results["none"].values())))
+    for level, by_machine in results.items():
+        print(f"\n## {level}: {' '.join(f'{k}={v}' for k, v in LEVELS[level].items()) or 'no pins'}")
+        print("| operation | " + " | ".join(by_machine) + " | same everywhere |")
+        print("|---|" + "---|" * len(by_machine) + "---|")
+        for op in ops:
+            values = [by_machine[m][op] for m in by_machine]
+            print(f"| {op} | " + " | ".join(v[:8] for v in values) + f" | {'yes' if len(set(values)) == 1 else 'NO'} |")
+        same = all(len({by_machine[m][op] for m in by_machine}) == 1 for op in ops)
+        print(f"\n{level}: {'the same bits on every simulated machine' if same else 'machines differ'}")
+
+
+if __name__ == "__main__":
+    main()
