@@ -33,6 +33,23 @@ def _crafted(path, marker) -> None:
     torch.save({"model": _RunsCode(str(marker)), "model_config": {}}, path)
 
 
+def _train_copynet(encoded, src, tgt, cfg, out, run_key: str, state_dir=None) -> None:
+    """One epoch of copynet into ``out``, with the model info the train stage records."""
+    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}}
+    train(
+        build_seeded_model("copynet", cfg, 0),
+        encoded["train"],
+        encoded["valid"],
+        TrainConfig(epochs=1, batch_size=8, lr=0.01),
+        out,
+        model_config=vars(cfg),
+        progress=False,
+        model_info=info,
+        run_key=run_key,
+        state_dir=state_dir,
+    )
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A copynet trained for one epoch, with the model info the train stage records."""
@@ -40,18 +57,7 @@ def trained(tmp_path_factory):
     splits = generate_examples(RulesConfig(n_rules=4, instances_per_rule=8, unseen_per_rule=1, max_filler=3))
     encoded, src, tgt = encoded_task(root, {k: splits[k] for k in ("train", "valid")}, schema=SCHEMA)
     cfg = ModelConfig(src_vocab=len(src), tgt_vocab=len(tgt), emb=8, hidden=8)
-    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}}
-    train(
-        build_seeded_model("copynet", cfg, 0),
-        encoded["train"],
-        encoded["valid"],
-        TrainConfig(epochs=1, batch_size=8, lr=0.01),
-        root / "ckpt",
-        model_config=vars(cfg),
-        progress=False,
-        model_info=info,
-        run_key="run-a",
-    )
+    _train_copynet(encoded, src, tgt, cfg, root / "ckpt", "run-a")
     return root, encoded, src, tgt, cfg
 
 
@@ -142,19 +148,7 @@ def test_model_pt_holds_nothing_of_the_run(trained, tmp_path):
     """model.pt is a DVC output: the same training (another run key, another directory) writes the
     same bytes, and it records no run identity."""
     root, encoded, src, tgt, cfg = trained
-    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}}
-    train(
-        build_seeded_model("copynet", cfg, 0),
-        encoded["train"],
-        encoded["valid"],
-        TrainConfig(epochs=1, batch_size=8, lr=0.01),
-        tmp_path / "again",
-        model_config=vars(cfg),
-        progress=False,
-        model_info=info,
-        run_key="run-b",
-        state_dir=tmp_path / "state",
-    )
+    _train_copynet(encoded, src, tgt, cfg, tmp_path / "again", "run-b", state_dir=tmp_path / "state")
     assert (tmp_path / "again" / "model.pt").read_bytes() == (root / "ckpt" / "model.pt").read_bytes()
     assert (tmp_path / "again" / "history.json").read_bytes() == (root / "ckpt" / "history.json").read_bytes()
     assert "tokens_per_s" not in (tmp_path / "again" / "history.json").read_text()
