@@ -4,7 +4,7 @@ pairs/s of every stage and its peak resident memory, which must stay flat in the
 For each size N (default 400,000 and 4,000,000 pairs):
   generate   benchmarks/gigaword_shaped.py writes train.article.txt / train.title.txt (N pairs) and a
              2,000-pair valid split in the Rush release's format (Zipfian 50,000 words)
-  prepare    pipeline.corpora.gigaword.write_splits, format rush (the prepare stage's reader)
+  prepare    pipeline.data.corpora.gigaword.write_splits, format rush (the prepare stage's reader)
   vocab      the vocab stage: token counts part by part, the vocabularies, the id-encoded splits
   train      pipeline.train.train on the encoded splits: --steps optimizer steps of --mechanism
              (emb 150 / hidden 300, batch 64, target vocabulary = every corpus word), then validation
@@ -45,7 +45,7 @@ def stage_generate(work: Path, pairs: int) -> dict:
 
 
 def stage_prepare(work: Path) -> dict:
-    from pipeline.corpora import gigaword
+    from pipeline.data.corpora import gigaword
 
     raw = work / "raw"
     cfg = gigaword.Config(
@@ -63,9 +63,9 @@ def stage_prepare(work: Path) -> dict:
 
 
 def stage_vocab(work: Path) -> dict:
-    from pipeline.encoded import write_encoded_split
-    from pipeline.shards import read_manifest
-    from pipeline.vocab import build_vocab, count_split_tokens
+    from pipeline.io.shards import read_manifest
+    from pipeline.vocab.encoded import write_encoded_split
+    from pipeline.vocab.vocabulary import build_vocab, count_split_tokens
 
     vocabs = {}
     for side in ("src", "tgt"):
@@ -81,9 +81,9 @@ def stage_train(work: Path, steps: int, mechanism: str, threads: int) -> dict:
     import torch
 
     from models.config import ModelConfig
-    from pipeline.encoded import EncodedSplit
     from pipeline.train import TrainConfig, build_seeded_model, train
-    from pipeline.vocab import Vocab
+    from pipeline.vocab.encoded import EncodedSplit
+    from pipeline.vocab.vocabulary import Vocab
 
     torch.set_num_threads(threads)
     src, tgt = Vocab.load(work / "vocab" / "src.vocab"), Vocab.load(work / "vocab" / "tgt.vocab")

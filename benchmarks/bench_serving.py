@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from pipeline.params import load_params
+    from pipeline.config.params import load_params
     from tests.conftest import free_port
     from tests.test_serving import stop_server  # the test suite's server helpers, as toy_champion's project
 

@@ -53,11 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gigaword_shaped import sample_pairs, words  # noqa: E402
 
-from models import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from pipeline.batching import collate  # noqa: E402
+from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
 from pipeline.train import autocast, resolve_device  # noqa: E402
-from pipeline.vocab import SPECIALS, Vocab  # noqa: E402
+from pipeline.vocab.batching import collate  # noqa: E402
+from pipeline.vocab.vocabulary import SPECIALS, Vocab  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

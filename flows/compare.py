@@ -12,15 +12,15 @@ from pathlib import Path
 from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
-from models import DISPLAY_NAMES
+from models.registry import DISPLAY_NAMES
 from pipeline.baselines import baseline_names, lead_metrics, lead_name
 from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows, ranking_line
+from pipeline.config.params import load_params, project_root, section
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params, primary_metric, task_names
 from pipeline.evaluate import EvalConfig
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
+from pipeline.io.files import write_json_atomic, write_text_atomic
 from pipeline.plots import grouped_bars
-from pipeline.shards import write_json_atomic, write_text_atomic
-from pipeline.tasks import effective_params, primary_metric, task_names
 from pipeline.tracking.registry import model_name, promote_best, version_tags
 from pipeline.tracking.runs import (
     describe_experiment,

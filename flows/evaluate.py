@@ -15,24 +15,19 @@ from prefect.cache_policies import NO_CACHE
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from pipeline.checkpoints import CheckpointError, load_model
-from pipeline.corpora.raw_input import detokenize
-from pipeline.evaluate import (
-    EvalConfig,
-    copy_trace,
-    decode_table,
-    score_records,
-    write_jsonl_atomic,
-)
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
+from pipeline.config.params import load_params, project_root, section
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params
+from pipeline.data.corpora.raw_input import detokenize
+from pipeline.evaluate import EvalConfig, copy_trace, decode_table, score_records
+from pipeline.io.files import write_json_atomic, write_jsonl_atomic
+from pipeline.io.shards import first_rows, read_split
 from pipeline.plots import copy_heatmap
-from pipeline.shards import read_split, write_json_atomic
-from pipeline.tasks import effective_params
 from pipeline.tracking.registry import metric_tags, register
 from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
 from pipeline.tracking.serving import ServingConfig, log_pyfunc_model
-from pipeline.train import compute_settings, first_rows, nondeterministic_ops_named, resolve_device
-from pipeline.vocab import Vocab
+from pipeline.train import compute_settings, nondeterministic_ops_named, resolve_device
+from pipeline.vocab.vocabulary import Vocab
 
 
 @task(cache_policy=NO_CACHE)

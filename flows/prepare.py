@@ -2,7 +2,7 @@
 
 ``params.yaml``: ``tasks`` maps each task (= the corpus it is trained on) to its raw input (the
 file or directory DVC watches); ``prepare.<corpus>`` holds the reader's settings, ``reader`` naming
-the module in ``pipeline/corpora``. Settings whose names end in ``_dir``/``_file`` (or ``_files``, a list) are
+the module in ``pipeline/data/corpora``. Settings whose names end in ``_dir``/``_file`` (or ``_files``, a list) are
 paths relative to that raw input, except ``cache_dir`` (a working cache, e.g. jieba's
 segmentations), which is relative to the project root.
 
@@ -32,11 +32,11 @@ from prefect import flow, task
 from prefect.cache_policies import NONE
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
-from pipeline.corpora import reader_module
-from pipeline.parallel import bounded_ordered_map
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
-from pipeline.shards import write_json_atomic
+from pipeline.config.params import load_params, project_root, section
+from pipeline.config.paths import TaskPaths
+from pipeline.data.corpora import reader_module
+from pipeline.io.files import write_json_atomic
+from pipeline.io.parallel import bounded_ordered_map
 
 PATH_SUFFIXES = ("_dir", "_file")
 
@@ -120,7 +120,7 @@ def write_subword_splits(module, cfg, out_root: Path, subword: dict, map_chunks)
     split, re-tokenises them into ``out_root``, which also receives the model."""
     import shutil
 
-    from pipeline.text.subword import retokenize_corpus, train_sentencepiece_from_corpus
+    from pipeline.data.text.subword import retokenize_corpus, train_sentencepiece_from_corpus
 
     words_root = out_root.parent / f".{out_root.name}.words"
     shutil.rmtree(words_root, ignore_errors=True)

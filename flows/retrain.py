@@ -37,7 +37,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from pipeline import retrain
-from pipeline.params import load_params, project_root, section
+from pipeline.config.params import load_params, project_root, section
 
 # --------------------------------------------------------------------------- #
 # Steps (Prefect tasks; their retries come from params, see retrain_flow)

@@ -15,12 +15,12 @@ import subprocess
 from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
-from pipeline.checkpoints import file_sha256
+from pipeline.config.params import load_params, project_root, section
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params
 from pipeline.distributed import torchrun_command
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
-from pipeline.shards import read_manifest, write_json_atomic, write_text_atomic
-from pipeline.tasks import effective_params
+from pipeline.io.files import sha256_file, write_json_atomic, write_text_atomic
+from pipeline.io.shards import read_manifest
 from pipeline.tracking.runs import (
     RunLogger,
     parent_run,
@@ -104,7 +104,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
                 on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]}, step=row["step"]),
             )
         write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
-        model_sha256 = file_sha256(ckpt_dir / "model.pt")  # the model this run wrote (evaluate checks it)
+        model_sha256 = sha256_file(ckpt_dir / "model.pt")  # the model this run wrote (evaluate checks it)
         write_json_atomic(
             run_file, {"run_id": run.run_id, "identity": identity, "completed": True, "model_sha256": model_sha256}
         )

@@ -1,16 +1,16 @@
 """vocab@<task>: source and target vocabularies from the train split, then the train and valid
-splits id-encoded with them (pipeline.encoded), so training does no string work per step."""
+splits id-encoded with them (pipeline.vocab.encoded), so training does no string work per step."""
 
 from __future__ import annotations
 
 from prefect import flow, task
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
-from pipeline.encoded import write_encoded_split
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
-from pipeline.tasks import effective_params
-from pipeline.vocab import Vocab, build_vocab, count_split_tokens
+from pipeline.config.params import load_params, project_root, section
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params
+from pipeline.vocab.encoded import write_encoded_split
+from pipeline.vocab.vocabulary import Vocab, build_vocab, count_split_tokens
 
 
 @task

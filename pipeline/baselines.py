@@ -14,8 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.evaluate import EvalConfig, score_records
-from pipeline.shards import read_split
-from pipeline.train import first_rows
+from pipeline.io.shards import first_rows, read_split
 
 
 def lead_name(n: int) -> str:

@@ -10,7 +10,7 @@
 
 and nothing that depends on the run (no run id, no time): the same training writes the same bytes,
 so DVC sees an unchanged output after a rerun. Which MLflow run wrote it is recorded beside it, in
-the train state's run.json, with the file's sha256 (``file_sha256``), which the evaluate stage checks.
+the train state's run.json, with the file's sha256 (``pipeline.io.files.sha256_file``), which the evaluate stage checks.
 
 Every load goes through ``torch.load(weights_only=True)``: a file that needs arbitrary objects
 unpickled (a crafted checkpoint whose loading would run code) is refused before anything in it
@@ -26,9 +26,10 @@ from pathlib import Path
 
 import torch
 
-from models import build_model
 from models.config import ModelConfig
-from pipeline.vocab import Vocab
+from models.registry import build_model
+from pipeline.io.files import sha256_file
+from pipeline.vocab.vocabulary import Vocab
 
 
 class CheckpointError(ValueError):
@@ -38,15 +39,6 @@ class CheckpointError(ValueError):
 def vocab_identity(vocab: Vocab) -> dict:
     """Size and content hash of a vocabulary (its tokens in id order)."""
     return {"size": len(vocab), "sha256": hashlib.sha256("\n".join(vocab.itos).encode("utf-8")).hexdigest()}
-
-
-def file_sha256(path: str | Path) -> str:
-    """The sha256 of a file's bytes (read in 1 MiB blocks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_file(path: str | Path, device: torch.device | str = "cpu") -> dict:
@@ -95,9 +87,9 @@ def load_model(
     file's content hash as the training run that wrote it recorded it (the evaluate stage registers
     the model under that run, so the file must be that run's). Returns ``(model, checkpoint dict)``."""
     path = Path(path)
-    if sha256 is not None and file_sha256(path) != sha256:
+    if sha256 is not None and sha256_file(path) != sha256:
         raise CheckpointError(
-            f"{path} is not the model.pt its training run wrote (sha256 {file_sha256(path)[:12]}, the run recorded "
+            f"{path} is not the model.pt its training run wrote (sha256 {sha256_file(path)[:12]}, the run recorded "
             f"{sha256[:12]} in run.json): it is another run's model (a training that failed leaves no model of its "
             "own); rerun training"
         )

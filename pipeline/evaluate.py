@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import torch
 from tqdm import tqdm
 
-from models.config import dataclass_from_dict
-from pipeline.batching import batch_from_rows, row_lengths, token_batches
-from pipeline.extended_vocab import ext_ids_to_tokens
+from pipeline.config.validation import dataclass_from_dict
 from pipeline.metrics import exact_match_by_group, text_metrics
 from pipeline.search import beam_search, check_interrupt, greedy
-from pipeline.shards import atomic_path
-from pipeline.vocab import Vocab
+from pipeline.vocab.batching import batch_from_rows, row_lengths, token_batches
+from pipeline.vocab.extended import ext_ids_to_tokens
+from pipeline.vocab.vocabulary import Vocab
 
 
 @dataclass(frozen=True)
@@ -118,12 +115,6 @@ def score_records(records: list[dict], cfg: EvalConfig, split: str = "test") -> 
         "metric": kind,
         **text_metrics(kind, [r["pred"] for r in records], refs, [r["src"] for r in records], refs_raw=refs_raw),
     }
-
-
-def write_jsonl_atomic(path: Path, records: list[dict]) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
 def copy_trace(

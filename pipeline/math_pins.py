@@ -156,8 +156,8 @@ def wants_pins(module: str, args: Sequence[str]) -> bool:
     default the repository's params.yaml), with the task's overrides (``--task``/``--corpus``)."""
     import argparse
 
-    from pipeline.params import load_params
-    from pipeline.tasks import effective_params
+    from pipeline.config.params import load_params
+    from pipeline.config.tasks import effective_params
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--params", default=None)

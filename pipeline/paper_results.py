@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import yaml
 
-from models import MECHANISMS
+from models.registry import MECHANISMS
 
 DATA_FILE = Path(__file__).with_name("paper_results.yaml")
 

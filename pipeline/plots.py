@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pipeline.shards import atomic_path  # noqa: E402
+from pipeline.io.files import atomic_path  # noqa: E402
 
 
 def _save(fig, path: Path) -> None:

@@ -40,7 +40,6 @@ import fcntl
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -52,17 +51,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.config import dataclass_from_dict
-from pipeline.params import section
-from pipeline.paths import TaskPaths
-from pipeline.shards import (
-    content_sha256,
-    read_manifest,
-    read_split,
-    sha256_file,
-    write_json_atomic,
-    write_text_atomic,
-)
+from pipeline.config.params import section
+from pipeline.config.paths import TaskPaths
+from pipeline.config.validation import dataclass_from_dict
+from pipeline.io.files import copy_dir_atomic, sha256_file, write_json_atomic, write_text_atomic
+from pipeline.io.shards import content_sha256, read_manifest, read_split
 
 TAG = "retrain."  # prefix of every registry tag retraining writes
 DVC = [sys.executable, "-m", "dvc"]  # the dvc of this environment, whatever PATH holds
@@ -81,7 +74,7 @@ class RetrainConfig:
     mechanism: str | None = None  # the challenger's mechanism; null: the champion's
     cron: str = "0 3 * * 0"  # the deployment's schedule (Sundays 03:00)
     deployment: str | None = None  # null: retrain-<task>
-    metric: str | None = None  # "<split>.<key>[.<key>...]"; null: pipeline.tasks.primary_metric
+    metric: str | None = None  # "<split>.<key>[.<key>...]"; null: pipeline.config.tasks.primary_metric
     higher_is_better: bool = True
     margin: float = 0.0  # promote iff the challenger is better by MORE than this
     pull: bool = True  # `dvc pull` before reproducing
@@ -153,9 +146,7 @@ def metric_spec(params: dict, cfg: RetrainConfig) -> MetricSpec:
     if cfg.metric:
         split, *keys = cfg.metric.split(".")
         return MetricSpec(split, tuple(keys), bool(cfg.higher_is_better))
-    from pipeline.tasks import (
-        primary_metric,  # the task's champion metric, e.g. ("test", "top1", True)
-    )
+    from pipeline.config.tasks import primary_metric
 
     split, key, higher = primary_metric(params, cfg.task)
     return MetricSpec(split, tuple(key.split(".")), higher)
@@ -163,7 +154,7 @@ def metric_spec(params: dict, cfg: RetrainConfig) -> MetricSpec:
 
 def task_params(params: dict, task_name: str, mechanism: str | None = None) -> dict:
     """The params a stage of ``task_name`` (and ``mechanism``) reads: the task's overrides applied."""
-    from pipeline.tasks import effective_params
+    from pipeline.config.tasks import effective_params
 
     return effective_params(params, task_name, mechanism)
 
@@ -281,20 +272,6 @@ def refresh_data(root: Path, cfg: RetrainConfig) -> dict:
 # --------------------------------------------------------------------------- #
 
 
-def copy_dir_atomic(src: Path, dst: Path, extra: list[Path] = ()) -> None:
-    """Copy directory ``src`` (and the files ``extra``) to ``dst`` via a temp sibling + rename:
-    ``dst`` is whole or absent."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    try:
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
-        for path in extra:
-            shutil.copy2(path, tmp / path.name)
-        os.replace(tmp, dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def verify_split(split_dir: Path, expected_sha: str | None = None) -> dict:
     """The split's manifest after checking every part's bytes against it (and its content hash
     against ``expected_sha``); ValueError naming the file that differs."""
@@ -398,7 +375,7 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
     if not vocab_dir.exists():  # a retry keeps the first attempt's snapshot
         subword = paths.shards / "subword.model"  # a sentencepiece corpus is served with its model
         copy_dir_atomic(paths.vocab, vocab_dir, extra=[subword] if subword.exists() else [])
-    # The snapshot holds the vocabularies and the splits encoded with them (pipeline.encoded). The
+    # The snapshot holds the vocabularies and the splits encoded with them (pipeline.vocab.encoded). The
     # mechanism's own overrides (task_settings.<task>.mechanisms) apply as in the train stage
     # (merging the task's layers again over params that already hold them changes nothing).
     params = task_params(params, task_name, mechanism)
@@ -436,8 +413,9 @@ def score_checkpoint(
     """Decode ``test_dir`` with beam search (``pipeline.evaluate``) and score it: the split's metrics."""
     from pipeline.checkpoints import load_model
     from pipeline.evaluate import EvalConfig, decode_table, score_records
-    from pipeline.train import first_rows, resolve_device
-    from pipeline.vocab import Vocab
+    from pipeline.io.shards import first_rows
+    from pipeline.train import resolve_device
+    from pipeline.vocab.vocabulary import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in eval_settings.items() if k != "heatmap"})
     device = resolve_device(cfg.device)

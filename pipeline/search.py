@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from models.extended import NEG
-from pipeline.vocab import BOS, EOS, PAD
+from pipeline.vocab.vocabulary import BOS, EOS, PAD
 
 
 @dataclass

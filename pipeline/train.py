@@ -34,20 +34,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from models.config import dataclass_from_dict
-from pipeline.batching import token_batches
+from pipeline.config.validation import dataclass_from_dict
 from pipeline.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
-from pipeline.encoded import EncodedSplit
+from pipeline.io.files import atomic_path, write_json_atomic
 from pipeline.math_pins import math_state
 from pipeline.schedule import EarlyStopping, LRSchedule
-from pipeline.shards import atomic_path, write_json_atomic
-from pipeline.vocab import Vocab
+from pipeline.vocab.batching import token_batches
+from pipeline.vocab.encoded import EncodedSplit
+from pipeline.vocab.vocabulary import Vocab
 
 AMP_MODES = ("auto", "bf16", "off")
 
@@ -200,7 +199,7 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
     """The model's initial weights come from the training seed, so a run is reproducible."""
-    from models import build_model
+    from models.registry import build_model
 
     seed_everything(seed)
     return build_model(mechanism, model_cfg)
@@ -263,11 +262,6 @@ def batch_loader(
         persistent_workers=False,
         prefetch_factor=4 if cfg.workers else None,
     )
-
-
-def first_rows(table: pa.Table, n: int | None) -> pa.Table:
-    """The first ``n`` rows of a table (all when None)."""
-    return table if n is None or n >= table.num_rows else table.slice(0, n)
 
 
 def row_range(split: EncodedSplit, limit: int | None) -> np.ndarray:

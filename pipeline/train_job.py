@@ -17,19 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.config import ModelConfig
 from models.param_count import output_layer_parameters
+from models.registry import model_config
 from pipeline.checkpoints import vocab_identity
+from pipeline.config.params import load_params, project_root, section
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params
 from pipeline.distributed import ONE_PROCESS, DistContext, init_from_env, shutdown
-from pipeline.encoded import EncodedSplit
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
-from pipeline.tasks import effective_params
 from pipeline.train import TrainConfig, build_seeded_model, resolve_device, train
-from pipeline.vocab import Vocab
+from pipeline.vocab.encoded import EncodedSplit
+from pipeline.vocab.vocabulary import Vocab
 
 
-def _needs_source_words(mechanism: str, model_cfg: ModelConfig) -> bool:
+def _needs_source_words(mechanism: str, model_cfg) -> bool:
     """Read-Again with several sentences finds sentence ends by their words (models.read_again)."""
     return mechanism == "read_again" and model_cfg.options.get("sentences", "single") != "single"
 
@@ -45,7 +45,7 @@ class TrainJob:
         vocab_dir = self.vocab_dir or self.paths.vocab
         self.src_vocab = Vocab.load(vocab_dir / "src.vocab")
         self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
-        self.model_cfg = ModelConfig.from_dict(
+        self.model_cfg = model_config(
             section(self.params, "model"), self.mechanism, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
         )
         self.train_cfg = TrainConfig.from_dict(section(self.params, "train"))

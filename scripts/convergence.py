@@ -35,11 +35,11 @@ import json  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from pipeline.config.params import load_params, project_root, section  # noqa: E402
+from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.config.tasks import effective_params, primary_metric  # noqa: E402
 from pipeline.evaluate import EvalConfig, decode_table, score_records  # noqa: E402
-from pipeline.params import load_params, project_root, section  # noqa: E402
-from pipeline.paths import TaskPaths  # noqa: E402
-from pipeline.shards import read_split  # noqa: E402
-from pipeline.tasks import effective_params, primary_metric  # noqa: E402
+from pipeline.io.shards import read_split  # noqa: E402
 from pipeline.train import compute_settings, resolve_device, train  # noqa: E402
 from pipeline.train_job import TrainJob  # noqa: E402
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.paths import TaskPaths  # noqa: E402
-from pipeline.shards import read_split  # noqa: E402
-from pipeline.vocab import Vocab  # noqa: E402
+from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.io.shards import read_split  # noqa: E402
+from pipeline.vocab.vocabulary import Vocab  # noqa: E402
 
 
 def lengths(root: Path, rule: str, mechanism: str) -> None:

@@ -18,7 +18,7 @@ The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<me
 (git-tracked; one per mechanism that was evaluated) by ``pipeline.compare.comparison_markdown``, the
 function the compare stage writes ``data/eval/comparison/TASK.md`` with: the same tables, our rows
 beside the published rows of ``pipeline/paper_results.yaml``, under the task's effective ``compare``
-and ``evaluate`` settings of ``params.yaml`` (``pipeline.tasks.effective_params``). Only the
+and ``evaluate`` settings of ``params.yaml`` (``pipeline.config.tasks.effective_params``). Only the
 MLflow champion line, which needs the registry, is left out. Text outside the markers is never
 touched. A task with metrics files but no ``<!-- results:TASK -->`` block (all its tables) in any
 page gets one appended to docs/results.md.
@@ -44,14 +44,14 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from models import DISPLAY_NAMES  # noqa: E402
+from models.registry import DISPLAY_NAMES  # noqa: E402
 from pipeline.baselines import baseline_names  # noqa: E402
 from pipeline.compare import comparison_markdown  # noqa: E402
+from pipeline.config.params import load_params, section  # noqa: E402
+from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.config.tasks import effective_params  # noqa: E402
 from pipeline.evaluate import EvalConfig  # noqa: E402
 from pipeline.experiments import load_runs, render_experiment  # noqa: E402
-from pipeline.params import load_params, section  # noqa: E402
-from pipeline.paths import TaskPaths  # noqa: E402
-from pipeline.tasks import effective_params  # noqa: E402
 
 BLOCK = re.compile(r"<!-- results:(?P<spec>[^\s>]+) -->\n(?P<body>.*?)<!-- /results -->", re.S)
 # the section headings pipeline.compare.comparison_markdown writes

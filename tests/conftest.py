@@ -131,7 +131,7 @@ def tiny_project(tmp_path, monkeypatch) -> Path:
 def assert_gradients_reach_every_parameter(model, zero_pad_rows: tuple[str, ...] = ("tgt_emb",)) -> None:
     """After ``loss.backward()``: every parameter has a finite, non-zero gradient, and the ``<pad>``
     row of each named embedding gets none (``padding_idx``)."""
-    from pipeline.vocab import PAD
+    from pipeline.vocab.vocabulary import PAD
 
     for name, p in model.named_parameters():
         assert p.grad is not None, name
@@ -147,9 +147,9 @@ def encoded_task(root: Path, splits: dict[str, list[dict]], src_vocab=None, tgt_
     Returns ``(encoded splits by name, src_vocab, tgt_vocab)``."""
     import pyarrow as pa
 
-    from pipeline.encoded import EncodedSplit, write_encoded_split
-    from pipeline.shards import ShardWriter
-    from pipeline.vocab import build_vocab, count_tokens
+    from pipeline.io.shards import ShardWriter
+    from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
+    from pipeline.vocab.vocabulary import build_vocab, count_tokens
 
     for split, rows in splits.items():
         table = pa.Table.from_pylist(rows, schema=schema)
@@ -183,8 +183,8 @@ def toy_model(
     two vocabularies (``emb``, ``hidden``, ``config``'s other shared fields such as ``encoder``;
     ``options`` are the mechanism's own settings), built by ``build`` (a builder ``cfg -> model``, or
     a mechanism name for ``models.build_model``), then :func:`sharpened` by ``scale`` (eval mode)."""
-    from models import build_model
     from models.config import ModelConfig
+    from models.registry import build_model
 
     torch.manual_seed(seed)
     cfg = ModelConfig(
@@ -232,7 +232,7 @@ def toy_copy_example(rng, pool: list[str], rare: float = 0.0) -> tuple[list[str]
 
 def toy_copy_vocab():
     """The toy task's vocabulary (encoder and decoder): the specials, :data:`TOY_SEEN`, a and b."""
-    from pipeline.vocab import SPECIALS, Vocab
+    from pipeline.vocab.vocabulary import SPECIALS, Vocab
 
     return Vocab(list(SPECIALS) + TOY_SEEN + ["a", "b"], [0] * 4 + [1] * (len(TOY_SEEN) + 2))
 
@@ -240,7 +240,7 @@ def toy_copy_vocab():
 def toy_copy_batch(rng, pool: list[str], n: int, rare: float = 0.0):
     """``n`` examples of :func:`toy_copy_example` and their batch (:func:`toy_copy_vocab` on both
     sides): ``(pairs, batch)``."""
-    from pipeline.batching import collate
+    from pipeline.vocab.batching import collate
 
     pairs = [toy_copy_example(rng, pool, rare) for _ in range(n)]
     vocab = toy_copy_vocab()
@@ -257,7 +257,7 @@ def shard_row(i: str, src: str, tgt: str, **extra) -> dict:
 
 def split_rows(split_dir: Path) -> list[dict]:
     """The rows of a written split, in order."""
-    from pipeline.shards import read_split
+    from pipeline.io.shards import read_split
 
     return read_split(split_dir).to_pylist()
 

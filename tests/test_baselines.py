@@ -6,10 +6,10 @@ import pyarrow as pa
 import pytest
 
 from pipeline.baselines import lead_metrics, lead_records
-from pipeline.corpora import duc
+from pipeline.data.corpora import duc
 from pipeline.evaluate import EvalConfig, score_records
+from pipeline.io.shards import read_split
 from pipeline.metrics import text_metrics
-from pipeline.shards import read_split
 from tests.test_duc import config as duc_config
 
 

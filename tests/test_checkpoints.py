@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from models.config import ModelConfig
-from pipeline.checkpoints import CheckpointError, file_sha256, load_file, load_model, vocab_identity
-from pipeline.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
+from pipeline.checkpoints import CheckpointError, load_file, load_model, vocab_identity
+from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
+from pipeline.io.files import sha256_file
 from pipeline.train import NoImprovement, TrainConfig, build_seeded_model, train
-from pipeline.vocab import SPECIALS, Vocab
+from pipeline.vocab.vocabulary import SPECIALS, Vocab
 from tests.conftest import encoded_task
 
 
@@ -120,7 +121,7 @@ def test_a_crafted_last_pt_in_a_checkpoint_directory_is_never_unpickled(trained,
 def test_another_vocabulary_or_mechanism_is_a_clear_error(trained):
     root, _, src, tgt, _ = trained
     path = root / "ckpt" / "model.pt"
-    model, ckpt = load_model(path, "copynet", vocabs=(src, tgt), sha256=file_sha256(path))  # the right ones load
+    model, ckpt = load_model(path, "copynet", vocabs=(src, tgt), sha256=sha256_file(path))  # the right ones load
     assert ckpt["mechanism"] == "copynet" and not model.training
     bigger = Vocab(tgt.itos + ["zzz"], tgt.counts + [1])
     with pytest.raises(CheckpointError, match=r"tgt vocabulary of \d+ words .* differ in size"):
@@ -137,7 +138,7 @@ def test_a_model_of_another_training_run_is_refused(trained):
     """The train stage records the sha256 of the model.pt it wrote (run.json); any other file is refused."""
     root, _, src, tgt, _ = trained
     path = root / "ckpt" / "model.pt"
-    recorded = file_sha256(path)
+    recorded = sha256_file(path)
     other = hashlib.sha256(b"another run's model.pt").hexdigest()
     with pytest.raises(CheckpointError, match="is not the model.pt its training run wrote.*another run's model"):
         load_model(path, "copynet", vocabs=(src, tgt), sha256=other)

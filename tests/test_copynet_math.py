@@ -19,13 +19,13 @@ import math
 import pytest
 import torch
 
-from models import MECHANISMS
 from models.config import ModelConfig
 from models.copynet import CopyNetOutput
 from models.extended import NEG, mix_scores, scatter_logsumexp
-from pipeline.batching import collate
+from models.registry import MECHANISMS
 from pipeline.train import nll_loss
-from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (
     assert_gradients_reach_every_parameter,
     assert_step_distributions_normalised,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.corpora.copynet_rules import (
+from pipeline.data.corpora.copynet_rules import (
     RULE_TYPES,
     SCHEMA,
     SPLITS,
@@ -19,7 +19,7 @@ from pipeline.corpora.copynet_rules import (
     generate_rules,
     write_splits,
 )
-from pipeline.shards import read_split
+from pipeline.io.shards import read_split
 
 SMALL = RulesConfig(n_rules=25, instances_per_rule=40, unseen_per_rule=6, seed=99)
 REGULAR = re.compile(r"s(\d+)")

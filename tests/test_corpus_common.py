@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pipeline.corpora.common import (
+from pipeline.data.corpora.common import (
     CorpusFormatError,
     EmptySplitError,
     Quarantined,
@@ -20,8 +20,8 @@ from pipeline.corpora.common import (
     row_name,
     write_corpus,
 )
-from pipeline.parallel import ProcessMap, chunked, serial_map
-from pipeline.shards import make_schema, read_split
+from pipeline.io.parallel import ProcessMap, chunked, serial_map
+from pipeline.io.shards import make_schema, read_split
 from tests.conftest import quarantine, shard_row
 
 
@@ -105,7 +105,7 @@ def test_resolve_paths_relative_to_raw_root(tmp_path):
 
 
 def test_unknown_reader_is_named():
-    from pipeline.corpora import reader_module
+    from pipeline.data.corpora import reader_module
 
     with pytest.raises(ValueError, match=r"unknown reader 'nope'.*copynet_rules"):
         reader_module("nope")

@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 import torch
 
-from models import MECHANISMS
 from models.config import ModelConfig
+from models.registry import MECHANISMS
 from models.rnn import run_rnn
-from pipeline.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
+from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.train import (
     NondeterministicOperation,
     TrainConfig,
@@ -28,7 +28,7 @@ from pipeline.train import (
     nondeterministic_ops_named,
     train,
 )
-from pipeline.vocab import build_vocab
+from pipeline.vocab.vocabulary import build_vocab
 from tests.conftest import assert_gradients_reach_every_parameter, encoded_task
 from tests.test_two_phase import _batch, _model
 

@@ -10,10 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from models import MECHANISMS
-from models.config import ModelConfig
-from pipeline.batching import collate
-from pipeline.corpora.copynet_rules import RulesConfig, generate_examples
+from models.registry import MECHANISMS, model_config
+from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples
 from pipeline.distributed import DistContext, shard_batches, torchrun_command
 from pipeline.train import (
     Progress,
@@ -22,7 +20,8 @@ from pipeline.train import (
     _train_step,
     build_seeded_model,
 )
-from pipeline.vocab import build_vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import build_vocab
 from tests.conftest import free_port
 
 STEPS = 2  # a second step catches parameters DDP never saw a gradient for
@@ -44,7 +43,7 @@ def _data():
 
 
 def _setup(mechanism: str, vocab):
-    cfg = ModelConfig.from_dict(
+    cfg = model_config(
         {"emb": 8, "hidden": 6, "pointer_softmax": {"shortlist": 12}},
         mechanism,
         src_vocab=len(vocab),

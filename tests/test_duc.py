@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.corpora import duc
-from pipeline.corpora.common import CorpusFormatError
-from pipeline.shards import read_split
+from pipeline.data.corpora import duc
+from pipeline.data.corpora.common import CorpusFormatError
+from pipeline.io.shards import read_split
 from tests.conftest import quarantine, shared_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "duc"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models import DISPLAY_NAMES
+from models.registry import DISPLAY_NAMES
 from tests.conftest import REPO, tiny_params
 
 pytestmark = pytest.mark.slow

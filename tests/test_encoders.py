@@ -20,10 +20,10 @@ from models.config import ModelConfig
 from models.copynet import build_copynet
 from models.encoder import TransformerEncoder, make_encoder
 from models.pointer_generator import build_pointer_generator
-from pipeline.batching import collate
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
-from pipeline.vocab import BOS, PAD, SPECIALS, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import BOS, PAD, SPECIALS, Vocab
 from tests.conftest import (
     assert_gradients_reach_every_parameter,
     assert_step_distributions_normalised,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.corpora import europarl as E
-from pipeline.corpora.common import CorpusFormatError
-from pipeline.parallel import ProcessMap
-from pipeline.shards import read_split
-from pipeline.vocab import Vocab, build_vocab, count_tokens
+from pipeline.data.corpora import europarl as E
+from pipeline.data.corpora.common import CorpusFormatError
+from pipeline.io.parallel import ProcessMap
+from pipeline.io.shards import read_split
+from pipeline.vocab.vocabulary import Vocab, build_vocab, count_tokens
 from tests.conftest import quarantine, rows_by_id, shared_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "europarl"

@@ -1,8 +1,8 @@
 """Adding a corpus through the steps of docs/extending.md, with a toy reader: one module is enough
 for reader discovery, the prepare stage and raw-text input (serving, predict).
 
-The toy module is written to a temporary directory added to ``pipeline.corpora.__path__``, so it
-imports as ``pipeline.corpora.<name>`` exactly like a file in ``pipeline/corpora/``. Copy this test
+The toy module is written to a temporary directory added to ``pipeline.data.corpora.__path__``, so it
+imports as ``pipeline.data.corpora.<name>`` exactly like a file in ``pipeline/data/corpora/``. Copy this test
 for a new corpus: replace TOY_READER by your module and the raw input by a small fixture.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import corpora
-from pipeline.corpora import raw_input, reader_module, reader_names
-from pipeline.shards import read_split
+from pipeline.data import corpora
+from pipeline.data.corpora import raw_input, reader_module, reader_names
+from pipeline.io.shards import read_split
 
 # Step 1-4 of docs/extending.md: the reader module (Config, write_splits, source_tokenizer,
 # DETOKENIZE_JOIN). The task: a word's characters -> the same characters reversed.
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Callable
 
 from models.config import dataclass_from_dict
-from pipeline.corpora.common import Quarantined, write_corpus
-from pipeline.parallel import chunked, serial_map
-from pipeline.shards import make_schema
+from pipeline.data.corpora.common import Quarantined, write_corpus
+from pipeline.io.parallel import chunked, serial_map
+from pipeline.io.shards import make_schema
 
 SCHEMA = make_schema()  # id, src, tgt, refs
 DETOKENIZE_JOIN = ""  # output characters join without spaces
@@ -103,8 +103,8 @@ WORDS = "copy\nnet\ncat\npointer\n12x\nsoftmax\ncopy\ncopy\nwean\n"
 
 @pytest.fixture
 def toy_readers(tmp_path, monkeypatch):
-    """``pipeline.corpora.toy_reverse`` and ``pipeline.corpora.toy_plain`` importable, as if their
-    files were in pipeline/corpora/."""
+    """``pipeline.data.corpora.toy_reverse`` and ``pipeline.data.corpora.toy_plain`` importable, as if their
+    files were in pipeline/data/corpora/."""
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "toy_reverse.py").write_text(TOY_READER, encoding="utf-8")
@@ -113,7 +113,7 @@ def toy_readers(tmp_path, monkeypatch):
     importlib.invalidate_caches()
     yield
     for name in ("toy_reverse", "toy_plain"):
-        sys.modules.pop(f"pipeline.corpora.{name}", None)
+        sys.modules.pop(f"pipeline.data.corpora.{name}", None)
     sys.path_importer_cache.pop(str(plugins), None)
 
 
@@ -138,7 +138,7 @@ def test_reader_discovery_finds_the_new_module(toy_readers) -> None:
     assert {"toy_reverse", "toy_plain", "gigaword", "copynet_rules"} <= set(names)
     assert not {"common", "ldc_sgml", "raw_input"} & set(names)  # helpers, not readers
     module = reader_module("toy_reverse")
-    assert module.__name__ == "pipeline.corpora.toy_reverse"
+    assert module.__name__ == "pipeline.data.corpora.toy_reverse"
     assert Path(module.__file__).parent.name == "plugins"
     with pytest.raises(ValueError, match=r"unknown reader 'ldc_sgml'"):
         reader_module("ldc_sgml")
@@ -147,11 +147,11 @@ def test_reader_discovery_finds_the_new_module(toy_readers) -> None:
 def test_prepare_runs_the_new_reader(toy_readers, toy_project) -> None:
     """Step 7: what ``dvc repro prepare@toy`` runs (flows.prepare), without Prefect."""
     from flows.prepare import prepare_job, write_job
-    from pipeline.parallel import serial_map
-    from pipeline.tasks import task_status
+    from pipeline.data.tasks import task_status
+    from pipeline.io.parallel import serial_map
 
     params = yaml.safe_load(toy_project.read_text())
-    assert task_status(params, "toy", toy_project.parent) == "ready"  # `python -m pipeline.tasks list`
+    assert task_status(params, "toy", toy_project.parent) == "ready"  # `python -m pipeline.data.tasks list`
 
     job = prepare_job("toy", str(toy_project))
     assert job.module is reader_module("toy_reverse")

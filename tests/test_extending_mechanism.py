@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import models
-from models.config import ModelConfig
-from pipeline.batching import collate
+from models import registry
+from models.registry import model_config
 from pipeline.search import beam_search
-from pipeline.vocab import SPECIALS, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import SPECIALS, Vocab
 
 # Step 1 of docs/extending.md, "Adding a mechanism": the module a newcomer writes.
 TOY_MODULE = textwrap.dedent('''
@@ -63,9 +64,9 @@ TOY_MODULE = textwrap.dedent('''
 def toy_registered(tmp_path, monkeypatch):
     (tmp_path / "toy_pointer.py").write_text(TOY_MODULE)
     monkeypatch.setattr(models, "__path__", [*models.__path__, str(tmp_path)])
-    found = models.discover()
-    monkeypatch.setattr(models, "MECHANISMS", {m.name: m.build for m in found})
-    monkeypatch.setattr(models, "DISPLAY_NAMES", {m.name: m.display for m in found})
+    found = registry.discover()
+    monkeypatch.setattr(registry, "MECHANISMS", {m.name: m.build for m in found})
+    monkeypatch.setattr(registry, "DISPLAY_NAMES", {m.name: m.display for m in found})
     yield
     import sys
 
@@ -73,18 +74,18 @@ def toy_registered(tmp_path, monkeypatch):
 
 
 def test_a_new_mechanism_module_is_all_it_takes(toy_registered):
-    assert models.DISPLAY_NAMES["toy_pointer"] == "Toy pointer"
-    assert {"copynet", "wean", "luong"} <= set(models.MECHANISMS)  # the others are still there
+    assert registry.DISPLAY_NAMES["toy_pointer"] == "Toy pointer"
+    assert {"copynet", "wean", "luong"} <= set(registry.MECHANISMS)  # the others are still there
     words = ["a", "b", "c"]
     vocab = Vocab(list(SPECIALS) + words, [0] * 4 + [1] * 3)
-    cfg = ModelConfig.from_dict(
+    cfg = model_config(
         {"emb": 6, "hidden": 5, "toy_pointer": {"copy_weight": 0.3}},
         "toy_pointer",
         src_vocab=len(vocab),
         tgt_vocab=len(vocab),
     )
     torch.manual_seed(0)
-    model = models.build_model("toy_pointer", cfg).double().eval()
+    model = registry.build_model("toy_pointer", cfg).double().eval()
     assert model.output.log_copy == pytest.approx(torch.tensor(0.3).log().item())
     batch = collate([["a", "zz", "b"], ["c", "a"]], [["zz", "b"], ["a"]], vocab, vocab)  # zz: an OOV to copy
     gold = model(batch)

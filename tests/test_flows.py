@@ -17,7 +17,7 @@ def test_all_flows_end_to_end(harness, tiny_project):
     from flows.prepare import prepare_corpus
     from flows.train import train_flow
     from flows.vocab import vocab_flow
-    from pipeline.shards import read_manifest
+    from pipeline.io.shards import read_manifest
 
     params = str(tiny_project / "params.yaml")
     manifests = prepare_corpus("copy_rules", params)
@@ -98,7 +98,7 @@ def test_all_flows_end_to_end(harness, tiny_project):
     assert "| Lead-3 (first 3 source tokens) (ours) |" in text
     every = json.loads((tiny_project / "data/eval/comparison/copy_rules.metrics.json").read_text())
     assert set(every) == {"rnnsearch", "copynet", "lead3"} and every["copynet"] == cn
-    from pipeline.shards import read_split
+    from pipeline.io.shards import read_split
 
     test = read_split(tiny_project / "data/shards/copy_rules/test").to_pylist()
     by_hand = 100 * sum(r["src"][:3] == r["tgt"] for r in test) / len(test)
@@ -120,7 +120,7 @@ def test_prefect_map_orders_results_and_retries_a_failed_chunk(harness):
     from prefect import flow
 
     from flows.prepare import prefect_map
-    from pipeline.parallel import chunked
+    from pipeline.io.parallel import chunked
 
     @flow
     def mapped() -> list[list[int]]:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.corpora import gigaword as g
-from pipeline.corpora import ldc_sgml
-from pipeline.corpora.common import CorpusFormatError
-from pipeline.parallel import ProcessMap
-from pipeline.shards import read_manifest
+from pipeline.data.corpora import gigaword as g
+from pipeline.data.corpora import ldc_sgml
+from pipeline.data.corpora.common import CorpusFormatError
+from pipeline.io.parallel import ProcessMap
+from pipeline.io.shards import read_manifest
 from tests.conftest import quarantine, shared_path, split_rows
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gigaword"

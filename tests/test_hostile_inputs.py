@@ -33,8 +33,8 @@ from types import ModuleType
 
 import pytest
 
-from pipeline.corpora import dress, duc, europarl, ewsew, gigaword, gigaword_pointers, lcsts, pwkp, turkcorpus
-from pipeline.corpora.common import CorpusFormatError
+from pipeline.data.corpora import dress, duc, europarl, ewsew, gigaword, gigaword_pointers, lcsts, pwkp, turkcorpus
+from pipeline.data.corpora.common import CorpusFormatError
 from tests.conftest import quarantine, split_rows
 from tests.corpus_helpers import StubTagger
 

@@ -13,7 +13,7 @@ from tests.conftest import REPO
 RULES = [
     ("models", ("pipeline", "flows"), "models are below pipeline and flows"),
     ("pipeline", ("flows",), "pipeline is below flows"),
-    ("pipeline/text", ("pipeline.corpora",), "corpus readers use the text steps, not the reverse"),
+    ("pipeline/data/text", ("pipeline.data.corpora",), "corpus readers use the text steps, not the reverse"),
 ]
 MLFLOW_HOME = ("pipeline/tracking", "flows")  # where `import mlflow` may appear
 
@@ -53,6 +53,6 @@ def test_the_check_catches_a_violation(tmp_path):
     """The rule is not vacuous: a file importing against the direction is reported."""
     bad = tmp_path / "models"
     bad.mkdir()
-    (bad / "x.py").write_text("def f():\n    from pipeline.vocab import PAD\n    return PAD\n")
+    (bad / "x.py").write_text("def f():\n    from pipeline.vocab.vocabulary import PAD\n    return PAD\n")
     found = [(line, m) for line, m in imports(bad / "x.py")]
-    assert found == [(2, "pipeline.vocab")]
+    assert found == [(2, "pipeline.vocab.vocabulary")]

@@ -7,10 +7,10 @@ from pathlib import Path
 import jieba
 import pytest
 
-from pipeline.corpora import lcsts
-from pipeline.corpora.common import CorpusFormatError
-from pipeline.parallel import ProcessMap
-from pipeline.shards import read_split
+from pipeline.data.corpora import lcsts
+from pipeline.data.corpora.common import CorpusFormatError
+from pipeline.io.parallel import ProcessMap
+from pipeline.io.shards import read_split
 from tests.conftest import quarantine, shared_path
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "lcsts"

@@ -14,12 +14,12 @@ import time
 import pytest
 import torch
 
-from models import build_model
 from models.config import ModelConfig
-from pipeline.batching import collate
-from pipeline.extended_vocab import ext_ids_to_tokens
+from models.registry import build_model
 from pipeline.search import greedy
 from pipeline.train import nll_loss
+from pipeline.vocab.batching import collate
+from pipeline.vocab.extended import ext_ids_to_tokens
 from tests.conftest import TOY_SEEN, TOY_UNSEEN, toy_copy_batch, toy_copy_example, toy_copy_vocab
 
 SEEN, UNSEEN = TOY_SEEN, TOY_UNSEEN

@@ -34,10 +34,10 @@ RUN = textwrap.dedent("""
     import pyarrow as pa
     import torch
     from models.config import ModelConfig
-    from pipeline.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
+    from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
     from pipeline.evaluate import EvalConfig, decode_table, score_records
     from pipeline.train import TrainConfig, build_seeded_model, compute_settings, train
-    from pipeline.vocab import build_vocab
+    from pipeline.vocab.vocabulary import build_vocab
     from tests.conftest import encoded_task
 
     root = Path(sys.argv[1])

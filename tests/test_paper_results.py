@@ -90,7 +90,7 @@ def test_copynet_table1_kept_as_it_was_and_compare_still_imports():
 
 def test_params_yaml_names_only_existing_paper_tables():
     """compare.paper_tables, shared and per task (task_settings.<task>.compare), name tables that exist."""
-    from pipeline.params import load_params
+    from pipeline.config.params import load_params
 
     params = load_params()
     sections = [params.get("compare") or {}] + [
@@ -340,7 +340,7 @@ def test_rarest_word_error_rates_against_the_text():
 
 
 def test_mechanism_keys_are_the_models_mechanisms():
-    from models import MECHANISMS
+    from models.registry import MECHANISMS
 
     assert MECHANISM_KEYS == frozenset(MECHANISMS)
     assert {

@@ -23,13 +23,13 @@ import time
 import pytest
 import torch
 
-from models.config import dataclass_from_dict
 from models.extended import NEG
 from models.pointer_generator import PointerGeneratorOptions, build_pointer_generator
-from pipeline.batching import collate
+from pipeline.config.validation import dataclass_from_dict
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
-from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (
     assert_gradients_reach_every_parameter,
     assert_step_distributions_normalised,

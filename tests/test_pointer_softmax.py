@@ -27,10 +27,10 @@ from models.pointer_softmax import (
     build_pointer_softmax,
     paper_decision,
 )
-from pipeline.batching import collate
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
-from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (
     assert_gradients_reach_every_parameter,
     assert_step_distributions_normalised,

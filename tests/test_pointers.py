@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline.text import entities, pointers
-from pipeline.text.entities import (
+from pipeline.data.text import entities, pointers
+from pipeline.data.text.entities import (
     SpacyTagger,
     TagFormatError,
     TaggerUnavailable,
@@ -20,7 +20,7 @@ from pipeline.text.entities import (
     parse_slash_tags,
     truecase_from_text,
 )
-from pipeline.text.pointers import (
+from pipeline.data.text.pointers import (
     PlaceholderCollision,
     PointerCounter,
     entity_pointers,
@@ -263,9 +263,9 @@ def test_sgml_entity_pointers_with_spacy(tmp_path):
 # The Gigaword pointer reader
 # --------------------------------------------------------------------------- #
 
-from pipeline.corpora import gigaword_pointers as gp  # noqa: E402
-from pipeline.corpora.common import CorpusFormatError, EmptySplitError  # noqa: E402
-from pipeline.shards import read_split  # noqa: E402
+from pipeline.data.corpora import gigaword_pointers as gp  # noqa: E402
+from pipeline.data.corpora.common import CorpusFormatError, EmptySplitError  # noqa: E402
+from pipeline.io.shards import read_split  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gigaword_pointers"
 
@@ -399,7 +399,7 @@ def test_sgml_entity_pointers_with_stub_tagger(tmp_path):
 
 
 def test_process_pool_gives_the_serial_result(tmp_path):
-    from pipeline.parallel import ProcessMap
+    from pipeline.io.parallel import ProcessMap
 
     cfg = _sgml_cfg("entity", chunk_size=1)  # one document per chunk: chunks cross processes
     serial = gp.write_splits(cfg, tmp_path / "serial", tagger=StubTagger())

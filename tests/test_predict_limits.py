@@ -79,7 +79,7 @@ def test_serving_config_checks_its_limits() -> None:
     old = ServingConfig.from_dict({"task": TASK, "mechanism": "copynet", "prepare": {}, "beam_size": 50})
     assert (old.max_beam_size, old.max_output_len, old.max_src_tokens) == (50, 200, 400)
     # the repository's params.yaml: every serving key is known and valid
-    from pipeline.params import load_params
+    from pipeline.config.params import load_params
 
     params = load_params()
     config = ServingConfig.from_params(
@@ -110,10 +110,10 @@ def test_mostly_unknown_inputs_carry_a_warning(project) -> None:
 def test_search_deadline_and_stop(project) -> None:
     """beam_search/greedy/decode_table: a passed deadline raises DecodeTimeout (a TimeoutError), a set
     stop event DecodeCancelled; without them the result is unchanged."""
-    from pipeline.batching import collate
     from pipeline.checkpoints import load_model
     from pipeline.search import DecodeCancelled, DecodeTimeout, beam_search, greedy
-    from pipeline.vocab import Vocab
+    from pipeline.vocab.batching import collate
+    from pipeline.vocab.vocabulary import Vocab
 
     vocab = Vocab.load(project / "data/vocab" / TASK / "src.vocab")
     model, _ = load_model(checkpoint(project) / "model.pt", "copynet")
@@ -318,7 +318,7 @@ def test_predict_names_the_line_that_is_not_utf8(project, tmp_path, monkeypatch,
 
 
 def test_predict_wrong_mechanism_or_vocabulary_is_a_clean_error(project, tmp_path, capsys) -> None:
-    from pipeline.vocab import Vocab
+    from pipeline.vocab.vocabulary import Vocab
 
     params = limited_params(project, tmp_path)
     inp = tmp_path / "in.txt"

@@ -98,8 +98,8 @@ def test_preset_on_shared_data(name, harness, tmp_path):
 def test_subword_option_retokenises_with_a_model_trained_on_train(harness, tmp_path):
     """`subword:` in any corpus's settings: sentencepiece pieces in the shards, model beside them."""
     from flows.prepare import prepare_corpus
-    from pipeline.shards import read_split
-    from pipeline.text.subword import SentencePieceTokenizer
+    from pipeline.data.text.subword import SentencePieceTokenizer
+    from pipeline.io.shards import read_split
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["tasks"] = {"wikismall": str(REPO / "tests/fixtures/simplification/wikismall")}

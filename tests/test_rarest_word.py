@@ -8,8 +8,7 @@ from collections import Counter
 
 import pytest
 
-from pipeline.batching import batch_from_rows
-from pipeline.corpora.rarest_word import (
+from pipeline.data.corpora.rarest_word import (
     SCHEMA,
     SPLITS,
     Config,
@@ -21,8 +20,9 @@ from pipeline.corpora.rarest_word import (
     vocabulary,
     write_splits,
 )
-from pipeline.shards import read_manifest, read_split
-from pipeline.vocab import SPECIALS
+from pipeline.io.shards import read_manifest, read_split
+from pipeline.vocab.batching import batch_from_rows
+from pipeline.vocab.vocabulary import SPECIALS
 
 SMALL = Config(train_size=300, valid_size=50, test_size=40, seed=7)
 

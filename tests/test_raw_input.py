@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.corpora.raw_input import detokenize, source_tokenizer
+from pipeline.data.corpora.raw_input import detokenize, source_tokenizer
 
 SENTENCE = 'He said (in 2010) that it\'s "fine" at 1/2.'
 
@@ -165,13 +165,13 @@ def test_detokenize() -> None:
 
 def test_subword_roundtrip(tmp_path) -> None:
     """With a sentencepiece model the reader's tokens are encoded to pieces and decoded back."""
-    from pipeline.text.subword import train_sentencepiece
+    from pipeline.data.text.subword import train_sentencepiece
 
     lines = [f"s{i} s{i + 1} s{i + 2} a b" for i in range(200)]
     model = train_sentencepiece(lines, tmp_path / "subword", vocab_size=300, hard_vocab_limit=False)
     settings = {"reader": "copynet_rules", "subword": {"vocab_size": 300}}
     pieces = source_tokenizer(settings, subword_model=model)("s1 s2 zz9")
-    from pipeline.text.subword import SentencePieceTokenizer
+    from pipeline.data.text.subword import SentencePieceTokenizer
 
     assert pieces == SentencePieceTokenizer(model).encode("s1 s2 zz9")
     assert "<0x7A>" in pieces  # 'z' never seen in training: byte fallback, never <unk>

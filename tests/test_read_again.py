@@ -29,10 +29,10 @@ import torch
 
 from models.config import ModelConfig
 from models.read_again import ReadAgainOptions, build_read_again
-from pipeline.batching import collate
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
-from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (
     assert_gradients_reach_every_parameter,
     assert_step_distributions_normalised,

@@ -37,8 +37,8 @@ def _generate(root: Path, task: str, seed: int) -> None:
     """Tiny CopyNet-rules shards for ``task`` (the generator directly), its vocabularies and the
     encoded train/valid splits (the vocab stage's outputs)."""
     from flows.vocab import build, encode
-    from pipeline.corpora import copynet_rules
-    from pipeline.paths import TaskPaths
+    from pipeline.config.paths import TaskPaths
+    from pipeline.data.corpora import copynet_rules
 
     settings = dict(tiny_params()["prepare"]["copy_rules"], **PREPARE, seed=seed)
     settings.pop("reader")
@@ -147,8 +147,8 @@ def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: 
 
     from pipeline.checkpoints import load_model
     from pipeline.evaluate import EvalConfig, decode_table, score_records
-    from pipeline.shards import read_split
-    from pipeline.vocab import Vocab
+    from pipeline.io.shards import read_split
+    from pipeline.vocab.vocabulary import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in params["evaluate"].items() if k != "heatmap"})
     model, _ = load_model(checkpoint, MECH, torch.device("cpu"))
@@ -237,8 +237,8 @@ def test_run_command_reports_stderr_and_kills_on_timeout(tmp_path):
 
 
 def test_frozen_test_copy_is_reused_verified_and_never_silently_replaced(tmp_path):
+    from pipeline.io.shards import read_manifest
     from pipeline.retrain import freeze_test
-    from pipeline.shards import read_manifest
 
     _generate(tmp_path, "t", seed=1)
     sha = read_manifest(tmp_path / "data/shards/t/test")["content_sha256"]
@@ -275,7 +275,7 @@ def test_one_run_per_task_at_a_time(tmp_path):
 def test_first_run_promotes_and_freezes_the_test_set(project, champion):
     from mlflow import MlflowClient
 
-    from pipeline.shards import read_manifest
+    from pipeline.io.shards import read_manifest
 
     task, record = champion["task"], champion["record"]
     # refresh ran dvc pull (with the repro targets' dependencies) and dvc repro of the data stages
@@ -425,7 +425,7 @@ def test_better_challenger_is_promoted_on_the_frozen_test_set(project, champion,
     task = champion["task"]
     old = champion["record"]["frozen_test"]
     _generate(project, task, seed=99)  # "dvc repro on the updated raw data"
-    from pipeline.shards import read_manifest
+    from pipeline.io.shards import read_manifest
 
     assert read_manifest(project / f"data/shards/{task}/test")["content_sha256"] != old["content_sha256"]
 

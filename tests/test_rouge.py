@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.data.text.rouge_stem import load_exceptions, morph_stem, porter_stem
 from pipeline.rouge import rouge, rouge_per_summary, tokenize
-from pipeline.text.rouge_stem import load_exceptions, morph_stem, porter_stem
 
 FX = Path(__file__).parent / "fixtures" / "rouge"
 EXPECTED = sorted((FX / "expected").glob("*.json"))

@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
-from models import MECHANISMS
 from models.extended import NEG
-from pipeline.batching import collate
+from models.registry import MECHANISMS
 from pipeline.search import beam_search, greedy
-from pipeline.vocab import EOS, SPECIALS, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import EOS, SPECIALS, Vocab
 from tests.conftest import toy_model
 
 SRC_VOCAB = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)
@@ -61,7 +61,7 @@ def _brute_force(model, src: list[str], max_len: int) -> list[tuple[list[int], f
             else:
                 expand(state, y, seq, s)
 
-    from pipeline.vocab import BOS
+    from pipeline.vocab.vocabulary import BOS
 
     expand(model.encode(batch), BOS, [], 0.0)
     out.sort(key=lambda h: -h[1])

@@ -13,9 +13,8 @@ from pathlib import Path
 import jieba
 import pytest
 
-from pipeline.parallel import ProcessMap, serial_map
-from pipeline.text import segment
-from pipeline.text.segment import (
+from pipeline.data.text import segment
+from pipeline.data.text.segment import (
     CACHE_FILE,
     SegmentCache,
     Segmenter,
@@ -25,6 +24,7 @@ from pipeline.text.segment import (
     jieba_chunk,
     segment_texts,
 )
+from pipeline.io.parallel import ProcessMap, serial_map
 
 REPO = Path(__file__).resolve().parents[1]
 P2P = "近日杭州一家P2P平台负责人失联，涉及投资人超过2000名，警方已介入调查。"
@@ -137,7 +137,7 @@ def test_chunks_are_pulled_lazily():
 _CRASH_SCRIPT = textwrap.dedent(
     """
     import os, sys
-    from pipeline.text.segment import SegmentCache
+    from pipeline.data.text.segment import SegmentCache
     cache = SegmentCache(sys.argv[1])
     cache.put_many((f"a{i}".encode(), f"词{i} 甲") for i in range(500))  # committed
     def half_then_die():
@@ -152,7 +152,7 @@ _CRASH_SCRIPT = textwrap.dedent(
 _LOOP_SCRIPT = textwrap.dedent(
     """
     import sys
-    from pipeline.text.segment import SegmentCache
+    from pipeline.data.text.segment import SegmentCache
     cache = SegmentCache(sys.argv[1])
     n = 0
     while True:

@@ -40,9 +40,9 @@ def build_toy_project(root: Path) -> Path:
 
     from models.config import ModelConfig
     from pipeline.checkpoints import vocab_identity
-    from pipeline.encoded import EncodedSplit, write_encoded_split
-    from pipeline.shards import ShardWriter, make_schema
+    from pipeline.io.shards import ShardWriter, make_schema
     from pipeline.train import TrainConfig, build_seeded_model, train
+    from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
 
     rng = random.Random(0)
     # Rare fillers (TOY_RARE, 10% in training): out of vocabulary, the encoder meets <unk> fillers.
@@ -138,8 +138,8 @@ def test_pyfunc_output_equals_decode_table(project, mech) -> None:
 
     from pipeline.checkpoints import load_model
     from pipeline.evaluate import EvalConfig, decode_table
-    from pipeline.shards import read_split
-    from pipeline.vocab import Vocab
+    from pipeline.io.shards import read_split
+    from pipeline.vocab.vocabulary import Vocab
 
     table = read_split(project / "data/shards" / TASK / "test")
     src_vocab = Vocab.load(project / "data/vocab" / TASK / "src.vocab")
@@ -157,7 +157,7 @@ def test_pyfunc_output_equals_decode_table(project, mech) -> None:
 
 
 def test_copynet_copies_oov_source_words_rnnsearch_cannot(project) -> None:
-    from pipeline.vocab import Vocab
+    from pipeline.vocab.vocabulary import Vocab
 
     vocab = Vocab.load(project / "data/vocab" / TASK / "tgt.vocab")
     assert all(w not in vocab for w in ("u1", "zz9", "u2"))
@@ -171,7 +171,7 @@ def test_copynet_copies_oov_source_words_rnnsearch_cannot(project) -> None:
 
 def test_exact_match_on_unseen_fillers(project) -> None:
     """Every test source's fillers are unseen: CopyNet gets (nearly) all, RNNSearch none."""
-    from pipeline.shards import read_split
+    from pipeline.io.shards import read_split
 
     table = read_split(project / "data/shards" / TASK / "test")
     texts = [" ".join(s) for s in table.column("src").to_pylist()]

@@ -1,4 +1,4 @@
-"""Tests for pipeline.shards: manifest accounting, round trip, atomicity."""
+"""Tests for pipeline.io.shards: manifest accounting, round trip, atomicity."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline import shards
-from pipeline.shards import (
-    ShardWriter,
-    make_schema,
-    read_manifest,
-    read_split,
-    write_json_atomic,
-    write_text_atomic,
-)
+from pipeline.io import shards
+from pipeline.io.files import write_json_atomic, write_text_atomic
+from pipeline.io.shards import ShardWriter, make_schema, read_manifest, read_split
 from tests.conftest import quarantine
 
 SCHEMA = make_schema([pa.field("n", pa.int32())])
@@ -298,7 +292,7 @@ def test_atomic_write_failure_keeps_old_file(tmp_path: Path, monkeypatch: pytest
 
 KILLED_WRITER = """
 import sys, time
-from pipeline.shards import ShardWriter, make_schema
+from pipeline.io.shards import ShardWriter, make_schema
 w = ShardWriter(sys.argv[1], make_schema(), rows_per_part=1)
 w.write([{"id": "a", "src": ["x"], "tgt": ["y"], "refs": [["y"]]}] * 3)
 print(w.tmp_dir, flush=True)
@@ -395,7 +389,8 @@ def test_atomic_writes_get_the_umask_mode_not_0600(tmp_path):
     import os
     import stat
 
-    from pipeline.shards import UMASK, ShardWriter, make_schema, write_text_atomic
+    from pipeline.io.files import UMASK, write_text_atomic
+    from pipeline.io.shards import ShardWriter, make_schema
 
     write_text_atomic(tmp_path / "f.txt", "x")
     assert stat.S_IMODE(os.stat(tmp_path / "f.txt").st_mode) == 0o666 & ~UMASK != 0o600  # (umask 022: 0644)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.corpora import dress, ewsew, pwkp, turkcorpus
-from pipeline.corpora.common import CorpusFormatError, Quarantined
-from pipeline.parallel import ProcessMap
+from pipeline.data.corpora import dress, ewsew, pwkp, turkcorpus
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined
+from pipeline.io.parallel import ProcessMap
 from tests.conftest import quarantine, shared_path, split_rows
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "simplification"

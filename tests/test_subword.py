@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline.corpora.common import Quarantined, write_corpus
-from pipeline.parallel import ProcessMap
-from pipeline.shards import make_schema, read_manifest, read_split
-from pipeline.text import subword as S
+from pipeline.data.corpora.common import Quarantined, write_corpus
+from pipeline.data.text import subword as S
+from pipeline.io.parallel import ProcessMap
+from pipeline.io.shards import make_schema, read_manifest, read_split
 from tests.conftest import quarantine, shard_row, shared_path
 
 EN = [

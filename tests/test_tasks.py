@@ -1,17 +1,12 @@
-"""pipeline.tasks: per-task settings and presets over the shared sections; enabling tasks by data."""
+"""pipeline.config.tasks: per-task settings and presets over the shared sections; enabling tasks by data."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from pipeline.tasks import (
-    deep_merge,
-    effective_params,
-    main,
-    primary_metric,
-    task_status,
-)
+from pipeline.config.tasks import deep_merge, effective_params, primary_metric
+from pipeline.data.tasks import main, task_status
 from pipeline.train import TrainConfig
 from tests.conftest import REPO
 
@@ -113,7 +108,7 @@ def test_enable_available_rewrites_only_the_tasks_block(tmp_path, capsys):
         k: v for k, v in old.items() if k not in ("tasks", "preset")
     }
     text = path.read_text()
-    assert "# copy_rules: pipeline/corpora/copynet_rules.py" in text  # the others stay as comments
+    assert "# copy_rules: pipeline/data/corpora/copynet_rules.py" in text  # the others stay as comments
     assert "mechanisms:" in text and text.count("\ntasks:") == 1
     # a task whose data is absent cannot be enabled by name
     (tmp_path / "raw" / "lcsts_clge_subset" / "train.tsv").unlink()
@@ -132,7 +127,7 @@ def test_lr_halves_after_the_given_epoch():
 
 def test_every_task_and_preset_builds_valid_configs():
     """A typo in any task's settings or preset (an unknown key, a bad value) fails here, not mid-run."""
-    from models.config import ModelConfig
+    from models.registry import model_config
     from pipeline.evaluate import EvalConfig
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -141,17 +136,17 @@ def test_every_task_and_preset_builds_valid_configs():
         for task in params["task_settings"]:
             eff = effective_params(params, task)
             for mech in params["mechanisms"]:
-                ModelConfig.from_dict(eff["model"], mech, src_vocab=10, tgt_vocab=10)
+                model_config(eff["model"], mech, src_vocab=10, tgt_vocab=10)
             TrainConfig.from_dict(eff["train"])
             EvalConfig.from_dict({k: v for k, v in eff["evaluate"].items() if k != "heatmap"})
             assert set(eff["vocab"]) <= {"src_max_size", "tgt_max_size", "min_count"}, (task, preset)
 
 
 def test_a_mechanism_section_overrides_shared_sizes_for_that_mechanism_only():
-    from models.config import ModelConfig
+    from models.registry import model_config
 
     model = {"emb": 64, "hidden": 128, "wean": {"emb": 512, "hidden": 512, "layers": 1}}
-    wean = ModelConfig.from_dict(model, "wean", src_vocab=10, tgt_vocab=10)
-    copynet = ModelConfig.from_dict(model, "copynet", src_vocab=10, tgt_vocab=10)
+    wean = model_config(model, "wean", src_vocab=10, tgt_vocab=10)
+    copynet = model_config(model, "copynet", src_vocab=10, tgt_vocab=10)
     assert (wean.emb, wean.hidden, wean.options) == (512, 512, {"layers": 1})
     assert (copynet.emb, copynet.hidden, copynet.options) == (64, 128, {})

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from pipeline.text.normalize import mask_digits, normalize_unk, rush_normalize
-from pipeline.text.ptb import abbreviation_kind, first_sentence_end, tokenize
-from pipeline.text.unk import count_tokens, keep_vocab, unk_replace
+from pipeline.data.text.normalize import mask_digits, normalize_unk, rush_normalize
+from pipeline.data.text.ptb import abbreviation_kind, first_sentence_end, tokenize
+from pipeline.data.text.unk import count_tokens, keep_vocab, unk_replace
 from tests.conftest import shared_path
 
 # --------------------------------------------------------------------------- #

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import build_model
 from models.config import ModelConfig
-from pipeline.batching import collate, token_batches
-from pipeline.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
+from models.registry import build_model
+from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.schedule import EarlyStopping, LRSchedule
 from pipeline.train import (
     NonFiniteLoss,
@@ -29,6 +28,7 @@ from pipeline.train import (
     build_seeded_model,
     train,
 )
+from pipeline.vocab.batching import collate, token_batches
 from tests.conftest import REPO, encoded_task
 
 
@@ -73,9 +73,9 @@ CHILD = textwrap.dedent("""
     import sys, torch
     from pathlib import Path
     from models.config import ModelConfig
-    from pipeline.encoded import EncodedSplit
+    from pipeline.vocab.encoded import EncodedSplit
     from pipeline.train import TrainConfig, build_seeded_model, train
-    from pipeline.vocab import Vocab
+    from pipeline.vocab.vocabulary import Vocab
     data, ckpt, out = map(Path, sys.argv[1:4])
     torch.set_num_threads(1)
     tgt = Vocab.load(data / "tgt.vocab")
@@ -375,7 +375,7 @@ def test_encoded_batches_equal_collated_ones(data, tmp_path):
             "tgt_switch": [True, True, True, False],
         },
     ]
-    from pipeline.vocab import SPECIALS, Vocab
+    from pipeline.vocab.vocabulary import SPECIALS, Vocab
 
     src_vocab = Vocab(list(SPECIALS) + ["a", "b", "c", "q1"], [0] * 4 + [1] * 4)
     tgt_vocab = Vocab(list(SPECIALS) + ["a", "b", "c"], [0] * 4 + [1] * 3)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.batching import collate
-from pipeline.vocab import SPECIALS, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import SPECIALS, Vocab
 from tests.conftest import toy_model
 
 pytestmark = pytest.mark.device

@@ -1,4 +1,4 @@
-"""Tests for pipeline.vocab."""
+"""Tests for pipeline.vocab.vocabulary."""
 
 from __future__ import annotations
 
@@ -7,16 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline.vocab import (
-    BOS,
-    EOS,
-    PAD,
-    SPECIALS,
-    UNK,
-    Vocab,
-    build_vocab,
-    count_tokens,
-)
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab, build_vocab, count_tokens
 
 COUNTS = {"b": 5, "a": 5, "c": 7, "d": 1, "e": 2, "f": 2}
 

@@ -32,10 +32,10 @@ from models.param_count import (
     word_generator_parameters,
 )
 from models.wean import WEANOptions, build_luong, build_wean
-from pipeline.batching import collate
 from pipeline.search import beam_search, greedy
 from pipeline.train import nll_loss
-from pipeline.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (
     assert_gradients_reach_every_parameter,
     assert_step_distributions_normalised,

@@ -83,8 +83,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def checkpoint_model(args: argparse.Namespace):
     """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
-    from pipeline.params import load_params, project_root
-    from pipeline.tasks import effective_params
+    from pipeline.config.params import load_params, project_root
+    from pipeline.config.tasks import effective_params
     from pipeline.tracking.serving import ServingConfig, local_model
 
     ckpt = Path(args.checkpoint)
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.output == "-":
                 run(args, inp, sys.stdout)
             else:
-                from pipeline.shards import atomic_path
+                from pipeline.io.files import atomic_path
 
                 with atomic_path(Path(args.output)) as tmp, open(tmp, "w", encoding="utf-8") as out:
                     run(args, inp, out)

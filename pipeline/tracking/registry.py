@@ -84,7 +84,7 @@ def stored_file_hashes(model_uri: str) -> dict[str, str]:
 
     import mlflow
 
-    from pipeline.shards import sha256_file
+    from pipeline.io.files import sha256_file
 
     with tempfile.TemporaryDirectory(prefix="register-") as tmp:
         root = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=tmp))
@@ -248,7 +248,7 @@ def verify_version(name: str, version: str | int) -> None:
     (``sha256.<file>`` tags) has the same sha256 now; TamperedModel naming the file otherwise."""
     import tempfile
 
-    from pipeline.shards import sha256_file
+    from pipeline.io.files import sha256_file
 
     mv = _client().get_model_version(name, str(version))
     expected = {k[len(FILE_TAG) + 1 :]: v for k, v in (mv.tags or {}).items() if k.startswith(f"{FILE_TAG}.")}

@@ -29,7 +29,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from pipeline.params import REPO_ROOT
+from pipeline.config.params import REPO_ROOT
+from pipeline.io.files import sha256_file
 
 
 def tracking_uri() -> str:
@@ -69,7 +70,8 @@ def git_commit(root: Path = REPO_ROOT) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+    """The file's sha256, or "absent" (a dvc.lock not written yet)."""
+    return sha256_file(path) if path.exists() else "absent"
 
 
 def dvc_stage_hashes(task: str | None = None, mechanism: str | None = None, root: Path = REPO_ROOT) -> dict[str, str]:
@@ -132,13 +134,13 @@ def task_manifests(shards_dir: Path) -> dict[str, dict]:
 def task_params(params: dict, task: str) -> dict:
     """The params that define a task's pipeline run: its reader settings (``prepare.<task>``) and
     the effective ``vocab``/``model``/``train``/``evaluate`` sections (the task's overrides applied,
-    :func:`pipeline.tasks.effective_params`). The task and mechanism lists are left out: adding a
+    :func:`pipeline.config.tasks.effective_params`). The task and mechanism lists are left out: adding a
     mechanism does not start another pipeline run for the ones already trained."""
     try:
-        from pipeline.tasks import effective_params
+        from pipeline.config.tasks import effective_params
 
         eff = effective_params(params, task)
-    except ImportError:  # pipeline.tasks not there: the shared sections as they are
+    except ImportError:  # pipeline.config.tasks not there: the shared sections as they are
         eff = params
     out = {"prepare": (params.get("prepare") or {}).get(task, {})}
     out.update({k: eff.get(k, {}) for k in ("vocab", "model", "train", "evaluate")})

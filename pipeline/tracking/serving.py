@@ -1,11 +1,11 @@
 """A trained model as an MLflow pyfunc model: raw text in, output text (and copied words) out.
 
 :class:`Predictor` is the whole path, with no MLflow in it: raw text -> the corpus reader's source
-tokens (:mod:`pipeline.corpora.raw_input`) -> the project's batched beam search
+tokens (:mod:`pipeline.data.corpora.raw_input`) -> the project's batched beam search
 (:func:`pipeline.evaluate.decode_table`, so a prediction here equals the evaluate stage's for the
 same tokens) -> extended ids back to words, a source word outside the decoder vocabulary coming
-out as itself when the model copies it (:func:`pipeline.extended_vocab.ext_ids_to_tokens`) ->
-text (:func:`pipeline.corpora.raw_input.detokenize`). ``copied`` lists those output tokens that are
+out as itself when the model copies it (:func:`pipeline.vocab.extended.ext_ids_to_tokens`) ->
+text (:func:`pipeline.data.corpora.raw_input.detokenize`). ``copied`` lists those output tokens that are
 source words outside the decoder vocabulary: only a copy (pointer) can produce them, so they
 are the copies one can be sure of (a copy of an in-vocabulary word looks like a generated one).
 
@@ -48,14 +48,14 @@ import pandas as pd
 import pyarrow as pa
 from mlflow.exceptions import MlflowException
 
-from models.config import dataclass_from_dict
 from pipeline.checkpoints import load_model
-from pipeline.corpora.raw_input import detokenize, source_tokenizer
+from pipeline.config.params import REPO_ROOT
+from pipeline.config.validation import dataclass_from_dict
+from pipeline.data.corpora.raw_input import detokenize, source_tokenizer
 from pipeline.evaluate import EvalConfig, decode_table
-from pipeline.params import REPO_ROOT
+from pipeline.io.files import sha256_file, write_json_atomic
 from pipeline.search import DecodeCancelled, DecodeTimeout
-from pipeline.shards import sha256_file, write_json_atomic
-from pipeline.vocab import Vocab
+from pipeline.vocab.vocabulary import Vocab
 
 CONFIG_NAME = "serving.json"
 ARTIFACT_NAME = "model"  # the logged model's name under its run
