@@ -51,8 +51,8 @@ from gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
 
 from models.config import ModelConfig  # noqa: E402
 from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
-from pipeline.search import beam_search, greedy  # noqa: E402
-from pipeline.train import autocast, resolve_device  # noqa: E402
+from pipeline.decoding.search import beam_search, greedy  # noqa: E402
+from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
 from pipeline.vocab.batching import token_batches  # noqa: E402
 
 SECTIONS = ("train", "compile", "decode")

@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from models.config import ModelConfig  # noqa: E402
 from models.extended import NEG  # noqa: E402
 from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
-from pipeline.search import beam_search, greedy  # noqa: E402
-from pipeline.train import autocast, nll_loss, resolve_device  # noqa: E402
+from pipeline.decoding.search import beam_search, greedy  # noqa: E402
+from pipeline.runtime.device import autocast, resolve_device
+from pipeline.training.loop import nll_loss  # noqa: E402
 from pipeline.vocab.batching import collate  # noqa: E402
 from pipeline.vocab.vocabulary import EOS, SPECIALS, Vocab  # noqa: E402
 

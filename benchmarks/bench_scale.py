@@ -6,7 +6,7 @@ For each size N (default 400,000 and 4,000,000 pairs):
              2,000-pair valid split in the Rush release's format (Zipfian 50,000 words)
   prepare    pipeline.data.corpora.gigaword.write_splits, format rush (the prepare stage's reader)
   vocab      the vocab stage: token counts part by part, the vocabularies, the id-encoded splits
-  train      pipeline.train.train on the encoded splits: --steps optimizer steps of --mechanism
+  train      pipeline.training.loop.train on the encoded splits: --steps optimizer steps of --mechanism
              (emb 150 / hidden 300, batch 64, target vocabulary = every corpus word), then validation
 Each stage runs in a fresh child process; its peak RSS is the child's ru_maxrss (os.wait4).
 
@@ -81,7 +81,8 @@ def stage_train(work: Path, steps: int, mechanism: str, threads: int) -> dict:
     import torch
 
     from models.config import ModelConfig
-    from pipeline.train import TrainConfig, build_seeded_model, train
+    from pipeline.training.loop import build_seeded_model, train
+    from pipeline.training.settings import TrainConfig
     from pipeline.vocab.encoded import EncodedSplit
     from pipeline.vocab.vocabulary import Vocab
 

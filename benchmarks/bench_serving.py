@@ -103,8 +103,9 @@ def toy_champion(root: Path, limits: dict) -> str:
     register it and make it the champion; returns the model URI to serve."""
     import mlflow
 
+    from pipeline.serving.predictor import ServingConfig
+    from pipeline.serving.pyfunc import log_pyfunc_model
     from pipeline.tracking.registry import register, set_champion
-    from pipeline.tracking.serving import ServingConfig, log_pyfunc_model
     from tests.test_serving import EVALUATE, PREPARE, TASK, build_toy_project
 
     build_toy_project(root)

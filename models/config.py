@@ -14,13 +14,19 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def dataclass_from_dict(cls: type[T], d: dict, **extra) -> T:
-    """Build a config dataclass from a params slice; an unknown key is an error, not ignored."""
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a mechanism that has none of its own (``model.<name>`` absent or empty)."""
+
+
+def parse_options(cls: type[T], options: dict, mechanism: str) -> T:
+    """A mechanism's typed options from its ``model.<mechanism>`` section: an unknown key is an error
+    naming the section, a bad value the options class's own error."""
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(d) - known)
+    unknown = sorted(set(options) - known)
     if unknown:
-        raise ValueError(f"unknown {cls.__name__} settings {unknown}; known: {sorted(known)}")
-    return cls(**{**d, **extra})
+        raise ValueError(f"model.{mechanism}: unknown settings {unknown}; known: {sorted(known)}")
+    return cls(**options)
 
 
 @dataclass(frozen=True)

@@ -81,4 +81,6 @@ def build_copynet(cfg: ModelConfig) -> Seq2Seq:
     return Seq2Seq(cfg, CopyNetOutput(cfg), attention=True)
 
 
-MECHANISMS = (Mechanism("copynet", "CopyNet", build_copynet),)
+MECHANISMS = (
+    Mechanism("copynet", "CopyNet", build_copynet, variants=({}, {"encoder": "transformer", "transformer_heads": 2})),
+)

@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import ModelConfig, parse_options
 from models.extended import NEG, gold_log_probs, pad_extended
 from models.seq2seq import (
     Mechanism,
@@ -171,6 +171,7 @@ class SwitchMLP(nn.Module):
 
 class PointerSoftmaxOutput(OutputLayer):
     can_copy = True
+    reads_pointers = True  # the observed switch and pointer (5.2-5.3)
     static_keys = frozenset({"ps_allowed"})
 
     def __init__(self, cfg: ModelConfig, opts: PointerSoftmaxOptions | None = None, context_dim: int | None = None):
@@ -360,8 +361,22 @@ def paper_decision(state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def build_pointer_softmax(cfg: ModelConfig) -> Seq2Seq:
     """Bahdanau encoder-decoder (section 3) with the pointer softmax output layer (section 4)."""
-    opts = dataclass_from_dict(PointerSoftmaxOptions, cfg.options)
+    opts = parse_options(PointerSoftmaxOptions, cfg.options, "pointer_softmax")
     return Seq2Seq(cfg, PointerSoftmaxOutput(cfg, opts), attention=True)
 
 
-MECHANISMS = (Mechanism("pointer_softmax", "Pointer Softmax", build_pointer_softmax),)
+MECHANISMS = (
+    Mechanism(
+        "pointer_softmax",
+        "Pointer Softmax",
+        build_pointer_softmax,
+        options=PointerSoftmaxOptions,
+        variants=(
+            {},
+            {"shortlist": 7, "temperature": 2.0},
+            {"switch": "noisy_residual", "unknown_pointer": "switch"},
+            {"batch_vocab": 6, "batch_vocab_scope": "example", "decode": "max"},
+            {"batch_vocab": 6, "shortlist": 8},
+        ),
+    ),
+)

@@ -53,7 +53,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from models.attention import BahdanauAttention
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import ModelConfig, parse_options
 from models.extended import NEG
 from models.rnn import run_rnn
 from models.seq2seq import (
@@ -92,6 +92,12 @@ class ReadAgainOptions:
             raise ValueError("read_again max_sentences must be >= 1")
         if self.decoder_vocab is not None and self.decoder_vocab <= len(SPECIALS):
             raise ValueError(f"read_again decoder_vocab {self.decoder_vocab} must exceed the {len(SPECIALS)} specials")
+
+    @property
+    def reads_source_words(self) -> bool:
+        """Opt-1/Opt-2 find sentence ends by their words (``sentence_end``, 3.1.3): the batches must
+        carry the source words, not only their ids."""
+        return self.sentences != "single"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +335,7 @@ class ReadAgainOutput(OutputLayer):
 
 def build_read_again(cfg: ModelConfig) -> Seq2Seq:
     """Read-Again encoder (3.1) + LSTM attention decoder with copy and OOV embeddings (3.2)."""
-    opts = dataclass_from_dict(ReadAgainOptions, cfg.options)
+    opts = parse_options(ReadAgainOptions, cfg.options, "read_again")
     if cfg.encoder != "bigru":
         raise ValueError(
             f"read_again has its own encoder (section 3.1); model.encoder {cfg.encoder!r} "
@@ -349,4 +355,16 @@ def build_read_again(cfg: ModelConfig) -> Seq2Seq:
     )
 
 
-MECHANISMS = (Mechanism("read_again", "Read-Again + copy", build_read_again),)
+MECHANISMS = (
+    Mechanism(
+        "read_again",
+        "Read-Again + copy",
+        build_read_again,
+        options=ReadAgainOptions,
+        variants=(
+            {},
+            {"cell": "gru", "sentences": "opt1", "decoder": "gru"},
+            {"cell": "lstm", "sentences": "opt2", "decoder_vocab": 7},
+        ),
+    ),
+)

@@ -49,8 +49,10 @@ def lengths(root: Path, rule: str, mechanism: str) -> None:
 def length_penalty(root: Path, rule: str, mechanism: str, penalties: list[float]) -> None:
     import torch
 
-    from pipeline.checkpoints import load_model
-    from pipeline.evaluate import EvalConfig, decode_table, score_records
+    from pipeline.decoding.decode import decode_table
+    from pipeline.decoding.scoring import score_records
+    from pipeline.decoding.settings import EvalConfig
+    from pipeline.training.checkpoints import load_model
 
     torch.set_num_threads(1)
     paths = TaskPaths("copy_rules", root)

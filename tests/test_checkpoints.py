@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from models.config import ModelConfig
-from pipeline.checkpoints import CheckpointError, load_file, load_model, vocab_identity
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.io.files import sha256_file
-from pipeline.train import NoImprovement, TrainConfig, build_seeded_model, train
+from pipeline.training.checkpoints import CheckpointError, load_file, load_model, vocab_identity
+from pipeline.training.loop import NoImprovement, build_seeded_model, train
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.vocabulary import SPECIALS, Vocab
 from tests.conftest import encoded_task
 
@@ -74,7 +75,7 @@ def test_a_code_running_checkpoint_is_refused_before_anything_runs(tmp_path):
 
 
 def test_predict_refuses_a_crafted_checkpoint(tmp_path, monkeypatch, capsys):
-    from pipeline.tracking import predict
+    from pipeline.serving import predict
 
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

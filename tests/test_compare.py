@@ -1,8 +1,8 @@
-"""pipeline.compare's one-line ranking (the MLflow experiment's description)."""
+"""pipeline.reporting.compare's one-line ranking (the MLflow experiment's description)."""
 
 from __future__ import annotations
 
-from pipeline.compare import ranking_line
+from pipeline.reporting.compare import ranking_line
 
 METRICS = {
     "rnnsearch": {"test": {"top1": 20.0, "rouge_1": 5.7}},

@@ -23,7 +23,7 @@ from models.config import ModelConfig
 from models.copynet import CopyNetOutput
 from models.extended import NEG, mix_scores, scatter_logsumexp
 from models.registry import MECHANISMS
-from pipeline.train import nll_loss
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (

@@ -80,7 +80,7 @@ def test_process_map_keeps_order_and_equals_serial():
 
 
 def test_resolve_paths_relative_to_raw_root(tmp_path):
-    from flows.prepare import resolve_paths
+    from pipeline.data.prepare import resolve_paths
 
     got = resolve_paths(
         {

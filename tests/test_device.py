@@ -20,14 +20,9 @@ from models.config import ModelConfig
 from models.registry import MECHANISMS
 from models.rnn import run_rnn
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
-from pipeline.train import (
-    NondeterministicOperation,
-    TrainConfig,
-    autocast,
-    build_seeded_model,
-    nondeterministic_ops_named,
-    train,
-)
+from pipeline.runtime.device import NondeterministicOperation, autocast, nondeterministic_ops_named
+from pipeline.training.loop import build_seeded_model, train
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.vocabulary import build_vocab
 from tests.conftest import assert_gradients_reach_every_parameter, encoded_task
 from tests.test_two_phase import _batch, _model

@@ -12,14 +12,9 @@ import torch.multiprocessing as mp
 
 from models.registry import MECHANISMS, model_config
 from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples
-from pipeline.distributed import DistContext, shard_batches, torchrun_command
-from pipeline.train import (
-    Progress,
-    TrainConfig,
-    _optimizer,
-    _train_step,
-    build_seeded_model,
-)
+from pipeline.training.distributed import DistContext, shard_batches, torchrun_command
+from pipeline.training.loop import Progress, _optimizer, _train_step, build_seeded_model
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import build_vocab
 from tests.conftest import free_port
@@ -70,7 +65,7 @@ def _steps(net, model, optimizer, train_cfg, batch, ctx: DistContext) -> dict:
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
-    from pipeline.distributed import init_from_env, shutdown
+    from pipeline.training.distributed import init_from_env, shutdown
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
@@ -117,18 +112,18 @@ def test_each_rank_gets_its_own_equal_share_of_the_batches():
 
 
 def test_torchrun_command_one_machine_and_several():
-    one = torchrun_command("pipeline.train_job", ["--task", "t"], nproc=2)
+    one = torchrun_command("pipeline.stages.train", ["--task", "t"], nproc=2)
     assert one[1:] == [
         "-m",
         "torch.distributed.run",
         "--nproc-per-node=2",
         "--standalone",
         "-m",
-        "pipeline.train_job",
+        "pipeline.stages.train",
         "--task",
         "t",
     ]
-    many = torchrun_command("pipeline.train_job", [], nproc=8, nnodes=4, rdzv_endpoint="node0:29500", rdzv_id="job")
+    many = torchrun_command("pipeline.stages.train", [], nproc=8, nnodes=4, rdzv_endpoint="node0:29500", rdzv_id="job")
     assert "--nnodes=4" in many and "--rdzv-endpoint=node0:29500" in many and "--rdzv-backend=c10d" in many
     with pytest.raises(ValueError, match="rdzv_endpoint"):
-        torchrun_command("pipeline.train_job", [], nproc=1, nnodes=2)
+        torchrun_command("pipeline.stages.train", [], nproc=1, nnodes=2)

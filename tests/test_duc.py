@@ -151,7 +151,7 @@ def test_references_kept_as_written_for_the_75_byte_rouge(tmp_path):
     whitespace (the old reader) gave a higher recall, as it did on DUC 2004."""
     import json
 
-    from pipeline.metrics import rouge_recall_75
+    from pipeline.metrics.registry import rouge_recall_75
 
     manifest = duc.write_splits(config(FIXTURES / "space"), tmp_path)["test"]
     assert (manifest["rows"], manifest["rows_quarantined"], manifest["stats"]["refs"]) == (3, 0, 12)

@@ -28,7 +28,9 @@ PACKAGES = sorted(p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.
 
 # Non-Python files a module reads by path beside itself (Path(__file__)...): they are code too.
 DATA_FILES = {
-    "pipeline/paper_results.py": ["pipeline/paper_results.yaml"],  # DATA_FILE = Path(__file__).with_name(...)
+    "pipeline/reporting/paper_results.py": [
+        "pipeline/reporting/paper_results.yaml"
+    ],  # DATA_FILE = Path(__file__).with_name(...)
 }
 
 
@@ -161,13 +163,32 @@ def test_every_dynamic_import_is_followed():
 def test_the_check_names_the_stage_and_the_missing_file():
     """Not vacuous: the closure reaches lazy and discovered modules, and a missing dep is reported."""
     train = closure("flows.train")
-    assert {"flows/__init__.py", "pipeline/__init__.py", "pipeline/train_job.py"} <= train
+    assert {
+        "flows/__init__.py",
+        "pipeline/__init__.py",
+        "pipeline/training/job.py",
+        "pipeline/stages/train.py",
+    } <= train
     assert {p.relative_to(REPO).as_posix() for p in (REPO / "models").glob("*.py")} <= train  # discovered
     assert "pipeline/data/text/subword.py" in closure("flows.prepare")  # imported inside a function
     evaluate = dict(stages()["evaluate"])
-    target = "pipeline/data/text/rouge_stem.py"
+    target = "pipeline/metrics/rouge_stem.py"
     evaluate["deps"] = [d for d in evaluate["deps"] if not (target == d or target.startswith(d.rstrip("/") + "/"))]
     missing = uncovered(evaluate)
     assert target in missing
     message = report("evaluate", missing)
     assert "'evaluate'" in message and target in message
+
+
+def test_a_logged_model_ships_the_code_it_imports():
+    """The code paths of a logged model (pipeline.serving.pyfunc.SERVED_PACKAGES) cover everything the
+    pyfunc imports, and leave out the roles it does not: metrics, reporting, tracking, stages, retraining."""
+    from pipeline.serving.pyfunc import SERVED_PACKAGES
+
+    shipped = [p.rstrip("/") for p in SERVED_PACKAGES]
+    missing = sorted(
+        f for f in closure("pipeline.serving.pyfunc") if not any(f == p or f.startswith(p + "/") for p in shipped)
+    )
+    assert missing == []
+    unused = ("pipeline/metrics", "pipeline/reporting", "pipeline/tracking", "pipeline/stages", "pipeline/retrain")
+    assert not [p for p in shipped if p.startswith(unused)]

@@ -115,7 +115,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
         [
             sys.executable,
             "-m",
-            "pipeline.tracking.predict",
+            "pipeline.serving.predict",
             "--checkpoint",
             "data/checkpoints/copy_rules/copynet",
             "--task",

@@ -20,8 +20,8 @@ from models.config import ModelConfig
 from models.copynet import build_copynet
 from models.encoder import TransformerEncoder, make_encoder
 from models.pointer_generator import build_pointer_generator
-from pipeline.search import beam_search, greedy
-from pipeline.train import nll_loss
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, PAD, SPECIALS, Vocab
 from tests.conftest import (

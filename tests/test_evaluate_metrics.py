@@ -1,9 +1,10 @@
-"""pipeline.evaluate.score_records: each split scored by the task's metric, with every reference."""
+"""pipeline.decoding.scoring.score_records: each split scored by the task's metric, with every reference."""
 
 from __future__ import annotations
 
-from pipeline.evaluate import EvalConfig, score_records
-from pipeline.metrics import text_metrics
+from pipeline.decoding.scoring import score_records
+from pipeline.decoding.settings import EvalConfig
+from pipeline.metrics.registry import text_metrics
 
 RECORDS = [
     {

@@ -1,4 +1,4 @@
-"""Experiment tables (pipeline/experiments.py): mean ± sd over seeds, learning curves and their fit."""
+"""Experiment tables (pipeline/reporting/experiments.py): mean ± sd over seeds, learning curves and their fit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeline.experiments import (
+from pipeline.reporting.experiments import (
     curve_markdown,
     curve_rows,
     load_runs,
@@ -69,7 +69,7 @@ def test_curve_table_fits_each_mechanism_and_metric():
 
 
 def test_validation_curves_one_column_pair_per_run(tmp_path):
-    from pipeline.experiments import validation_curves
+    from pipeline.reporting.experiments import validation_curves
 
     header = "step,epoch,train_loss,lr,tokens_per_s,processes,valid_loss,valid_ppl\n"
     for run, rows in {

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from models.config import dataclass_from_dict
+from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.common import Quarantined, write_corpus
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
@@ -146,7 +146,7 @@ def test_reader_discovery_finds_the_new_module(toy_readers) -> None:
 
 def test_prepare_runs_the_new_reader(toy_readers, toy_project) -> None:
     """Step 7: what ``dvc repro prepare@toy`` runs (flows.prepare), without Prefect."""
-    from flows.prepare import prepare_job, write_job
+    from pipeline.data.prepare import prepare_job, write_job
     from pipeline.data.tasks import task_status
     from pipeline.io.parallel import serial_map
 

@@ -13,7 +13,7 @@ import torch
 import models
 from models import registry
 from models.registry import model_config
-from pipeline.search import beam_search
+from pipeline.decoding.search import beam_search
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import SPECIALS, Vocab
 
@@ -26,7 +26,7 @@ TOY_MODULE = textwrap.dedent('''
     import torch
     from torch import nn
 
-    from models.config import ModelConfig, dataclass_from_dict
+    from models.config import ModelConfig, parse_options
     from models.extended import NEG
     from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State
 
@@ -52,11 +52,13 @@ TOY_MODULE = textwrap.dedent('''
 
 
     def build_toy_pointer(cfg: ModelConfig) -> Seq2Seq:
-        opts = dataclass_from_dict(ToyOptions, cfg.options)
+        opts = parse_options(ToyOptions, cfg.options, "toy_pointer")
         return Seq2Seq(cfg, ToyPointerOutput(cfg, opts), attention=True)
 
 
-    MECHANISMS = (Mechanism("toy_pointer", "Toy pointer", build_toy_pointer),)
+    MECHANISMS = (
+        Mechanism("toy_pointer", "Toy pointer", build_toy_pointer, options=ToyOptions, variants=({}, {"copy_weight": 0.3})),
+    )
 ''')
 
 
@@ -65,6 +67,7 @@ def toy_registered(tmp_path, monkeypatch):
     (tmp_path / "toy_pointer.py").write_text(TOY_MODULE)
     monkeypatch.setattr(models, "__path__", [*models.__path__, str(tmp_path)])
     found = registry.discover()
+    monkeypatch.setattr(registry, "DECLARED", {m.name: m for m in found})
     monkeypatch.setattr(registry, "MECHANISMS", {m.name: m.build for m in found})
     monkeypatch.setattr(registry, "DISPLAY_NAMES", {m.name: m.display for m in found})
     yield

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.math_pins import cpu_model
+from pipeline.runtime.math_pins import cpu_model
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,7 @@ def test_all_flows_end_to_end(harness, tiny_project):
         m = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())
         assert by_name[mech]["metrics.test.top1"] == pytest.approx(m["test"]["top1"])
         assert by_name[mech]["metrics.valid_loss"] > 0
-        # What decided the run's arithmetic (pipeline.math_pins): this test process imported torch
+        # What decided the run's arithmetic (pipeline.runtime.math_pins): this test process imported torch
         # before any pinning, and the tags say so rather than claim it pinned.
         for stage in ("train", "evaluate"):
             assert by_name[mech][f"tags.{stage}.compute.cpu"] == cpu_model()

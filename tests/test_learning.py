@@ -16,8 +16,8 @@ import torch
 
 from models.config import ModelConfig
 from models.registry import build_model
-from pipeline.search import greedy
-from pipeline.train import nll_loss
+from pipeline.decoding.search import greedy
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.extended import ext_ids_to_tokens
 from tests.conftest import TOY_SEEN, TOY_UNSEEN, toy_copy_batch, toy_copy_example, toy_copy_vocab

@@ -1,4 +1,4 @@
-"""The same bits on every x86-64 machine (pipeline.math_pins): a tiny task trained and evaluated in
+"""The same bits on every x86-64 machine (pipeline.runtime.math_pins): a tiny task trained and evaluated in
 fresh processes that see other machines gives the same weights, learning curve and metrics when
 the math libraries are pinned, and other ones when they are not (the check can fail).
 
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.math_pins import PINS, cpu_flags, cpu_model
+from pipeline.runtime.math_pins import PINS, cpu_flags, cpu_model
 from tests.conftest import REPO
 
 RUN = textwrap.dedent("""
     import sys
-    from pipeline.math_pins import pin_math_libraries
+    from pipeline.runtime.math_pins import pin_math_libraries
     state = pin_math_libraries(sys.argv[2] == "pinned")  # before torch loads, as every stage does
     import hashlib, json
     from collections import Counter
@@ -35,8 +35,12 @@ RUN = textwrap.dedent("""
     import torch
     from models.config import ModelConfig
     from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
-    from pipeline.evaluate import EvalConfig, decode_table, score_records
-    from pipeline.train import TrainConfig, build_seeded_model, compute_settings, train
+    from pipeline.decoding.decode import decode_table
+    from pipeline.decoding.scoring import score_records
+    from pipeline.decoding.settings import EvalConfig
+    from pipeline.runtime.device import compute_settings
+    from pipeline.training.loop import build_seeded_model, train
+    from pipeline.training.settings import TrainConfig
     from pipeline.vocab.vocabulary import build_vocab
     from tests.conftest import encoded_task
 

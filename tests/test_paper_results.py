@@ -6,7 +6,7 @@ Three layers of guard against a typo on an edit:
    state in their prose (WEAN's "+6.3 BLEU", Pointer Softmax's "about 3.6 BLEU" ...) or between
    tables (WEAN reprints CopyNet's LCSTS numbers; Read-Again's Table 4 110K row is Table 3's 15K row);
 3. when ../shared/papers is present, each row against the numbers on the line of the paper's text
-   that pipeline/paper_results.yaml records for it, and the table it names against the caption there
+   that pipeline/reporting/paper_results.yaml records for it, and the table it names against the caption there
    (skipped when absent, never failed for it).
 Plus the loader: the YAML read once, every row's provenance present, bad edits refused by name.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import paper_results as pr
-from pipeline.paper_results import MECHANISM_KEYS, PAPER_TABLES, TASK_TABLES
+from pipeline.reporting import paper_results as pr
+from pipeline.reporting.paper_results import MECHANISM_KEYS, PAPER_TABLES
 
 REPO = Path(__file__).resolve().parents[1]
 PAPERS = REPO.parent / "shared" / "papers"  # the repository's sibling directory; users won't have it
@@ -53,12 +53,22 @@ def test_every_row_has_one_value_per_column(table_id):
         assert mech in MECHANISM_KEYS and row in table["rows"] and row not in MECHANISM_KEYS
 
 
+def tables_for_task(task: str) -> list[dict]:
+    """The published tables printed under ``task``'s comparison (its compare.paper_tables in params.yaml)."""
+    from pipeline.config.params import load_params
+    from pipeline.config.tasks import effective_params
+
+    return [PAPER_TABLES[t] for t in effective_params(load_params(), task)["compare"].get("paper_tables") or {}]
+
+
 def test_every_task_names_existing_tables_and_the_expected_tasks_are_wired():
-    assert set(TASK_TABLES) == {
+    from pipeline.config.params import load_params
+
+    wired = {t for t, s in load_params()["task_settings"].items() if (s.get("compare") or {}).get("paper_tables")}
+    assert wired == {
         "copy_rules",
         "rarest_word",
         "gigaword",
-        "duc2004",
         "gigaword_unk_pointers",
         "gigaword_entity_pointers",
         "lcsts_char",
@@ -67,14 +77,12 @@ def test_every_task_names_existing_tables_and_the_expected_tasks_are_wired():
         "ewsew",
         "europarl_en_fr",
     }
-    for task, ids in TASK_TABLES.items():
-        assert ids and all(t in PAPER_TABLES for t in ids), task
-        assert pr.tables_for_task(task) == [PAPER_TABLES[t] for t in ids]
-    assert pr.tables_for_task("no_such_task") == []
+    assert all(tables_for_task(task) for task in wired)
+    assert tables_for_task("no_such_task") == []
 
 
 def test_copynet_table1_kept_as_it_was_and_compare_still_imports():
-    import pipeline.compare  # noqa: F401  (it imports from pipeline.paper_results)
+    import pipeline.reporting.compare  # noqa: F401  (it imports from pipeline.reporting.paper_results)
 
     assert PAPER_TABLES["copynet_table1"] is pr.COPYNET_TABLE1
     assert pr.COPYNET_TABLE1 == {
@@ -102,15 +110,15 @@ def test_params_yaml_names_only_existing_paper_tables():
 
 def test_task_metric_columns_follow_the_tasks_conventions():
     rouge = ["rouge1", "rouge2", "rougeL"]
-    for task in ("gigaword", "duc2004", "lcsts_char", "lcsts_word", "gigaword_entity_pointers"):
-        assert all(t["columns"] == rouge for t in pr.tables_for_task(task)), task
+    for task in ("gigaword", "lcsts_char", "lcsts_word", "gigaword_entity_pointers"):  # gigaword: DUC 2004 too
+        assert all(t["columns"] == rouge for t in tables_for_task(task)), task
     # PS Table 3 is recall on a task scored in F1: distinct keys, never mixed with its Table 1
-    assert [t["columns"] for t in pr.tables_for_task("gigaword_unk_pointers")] == [
+    assert [t["columns"] for t in tables_for_task("gigaword_unk_pointers")] == [
         rouge,
         ["rouge1_r", "rouge2_r", "rougeL_r"],
     ]
     for task in ("wikismall", "ewsew", "europarl_en_fr"):
-        assert all(t["columns"] == ["bleu"] for t in pr.tables_for_task(task)), task
+        assert all(t["columns"] == ["bleu"] for t in tables_for_task(task)), task
 
 
 def test_published_rows_are_the_systems_that_are_not_ours():
@@ -233,7 +241,7 @@ def _paper_lines(name: str) -> list[str]:
     if not PAPERS.is_dir():
         pytest.skip(f"{PAPERS} absent (the papers' text conversions are not shipped with the project)")
     path = PAPERS / name
-    assert path.is_file(), f"{path}: named by pipeline/paper_results.yaml but not in {PAPERS}"
+    assert path.is_file(), f"{path}: named by pipeline/reporting/paper_results.yaml but not in {PAPERS}"
     return path.read_text(encoding="utf-8").splitlines()
 
 
@@ -356,11 +364,11 @@ def test_mechanism_keys_are_the_models_mechanisms():
 
 
 def test_the_yaml_is_read_once_and_ships_with_the_package():
-    assert pr.DATA_FILE == REPO / "pipeline" / "paper_results.yaml" and pr.DATA_FILE.is_file()
+    assert pr.DATA_FILE == REPO / "pipeline" / "reporting" / "paper_results.yaml" and pr.DATA_FILE.is_file()
     tables, _ = pr.load_tables()
     assert pr.load_tables() is pr.load_tables() and tables is PAPER_TABLES
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["pipeline"]
+    assert "*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["pipeline.reporting"]
 
 
 def _demo(**row):

@@ -26,8 +26,8 @@ import torch
 from models.extended import NEG
 from models.pointer_generator import PointerGeneratorOptions, build_pointer_generator
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.search import beam_search, greedy
-from pipeline.train import nll_loss
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (

@@ -27,8 +27,8 @@ from models.pointer_softmax import (
     build_pointer_softmax,
     paper_decision,
 )
-from pipeline.search import beam_search, greedy
-from pipeline.train import nll_loss
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (

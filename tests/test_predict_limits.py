@@ -49,7 +49,7 @@ def checkpoint(project: Path, mech: str = "copynet") -> Path:
     ids=["beam_size", "max_len", "beam_size_0", "max_inputs", "max_input_chars", "max_src_tokens", "not_str"],
 )
 def test_pyfunc_refuses_each_limit_with_its_reason(project, texts, params, index, reason) -> None:
-    from pipeline.tracking.serving import ServingException
+    from pipeline.serving.pyfunc import ServingException
 
     model = local(project, "copynet", **LIMITS)
     with pytest.raises(ServingException) as info:
@@ -65,7 +65,7 @@ def test_pyfunc_refuses_each_limit_with_its_reason(project, texts, params, index
 
 
 def test_serving_config_checks_its_limits() -> None:
-    from pipeline.tracking.serving import ServingConfig
+    from pipeline.serving.predictor import ServingConfig
 
     with pytest.raises(ValueError, match="unknown serving settings \\['max_beams'\\]"):
         ServingConfig.from_params(TASK, "copynet", {"reader": "copynet_rules"}, {}, {"max_beams": 3})
@@ -110,8 +110,8 @@ def test_mostly_unknown_inputs_carry_a_warning(project) -> None:
 def test_search_deadline_and_stop(project) -> None:
     """beam_search/greedy/decode_table: a passed deadline raises DecodeTimeout (a TimeoutError), a set
     stop event DecodeCancelled; without them the result is unchanged."""
-    from pipeline.checkpoints import load_model
-    from pipeline.search import DecodeCancelled, DecodeTimeout, beam_search, greedy
+    from pipeline.decoding.search import DecodeCancelled, DecodeTimeout, beam_search, greedy
+    from pipeline.training.checkpoints import load_model
     from pipeline.vocab.batching import collate
     from pipeline.vocab.vocabulary import Vocab
 
@@ -140,8 +140,8 @@ def test_search_deadline_and_stop(project) -> None:
 
 
 def test_pyfunc_stops_at_the_request_deadline_with_504(project) -> None:
-    from pipeline.search import DecodeTimeout
-    from pipeline.tracking.serving import ServingException
+    from pipeline.decoding.search import DecodeTimeout
+    from pipeline.serving.pyfunc import ServingException
 
     model = local(project, "copynet", request_timeout_s=0.5, max_output_len=100_000)
     start = time.perf_counter()
@@ -160,7 +160,7 @@ def test_pyfunc_stops_at_the_request_deadline_with_504(project) -> None:
 
 
 def test_stop_event_and_busy_slots_answer_503(project) -> None:
-    from pipeline.tracking.serving import ServingException
+    from pipeline.serving.pyfunc import ServingException
 
     model = local(project, "copynet", request_timeout_s=0.4, max_output_len=100_000)
     predictor = model.python_model.predictor
@@ -190,7 +190,7 @@ def test_stop_on_signals_and_on_server_exit() -> None:
     (uvicorn.Server.handle_exit, installed after the model was loaded)."""
     import signal
 
-    from pipeline.tracking.serving import stop_on_server_exit, stop_on_signals
+    from pipeline.serving.pyfunc import stop_on_server_exit, stop_on_signals
 
     calls = []
     before = signal.signal(signal.SIGUSR1, lambda signum, frame: calls.append(signum))
@@ -245,7 +245,7 @@ def predict_args(project: Path, params: Path, *extra: str, mech: str = "copynet"
 
 
 def run_predict(args: list[str], capsys) -> tuple[int, str, str]:
-    from pipeline.tracking.predict import main
+    from pipeline.serving.predict import main
 
     capsys.readouterr()
     code = main(args)
@@ -348,7 +348,7 @@ def test_predict_command_exits_2_without_a_traceback(project, tmp_path) -> None:
     """The installed command on real stdin: invalid UTF-8 is one line on stderr and exit code 2."""
     params = limited_params(project, tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.tracking.predict", *predict_args(project, params)],
+        [sys.executable, "-m", "pipeline.serving.predict", *predict_args(project, params)],
         input=b"a s1 b\n\x80abc\n",
         capture_output=True,
         timeout=120,

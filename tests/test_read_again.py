@@ -29,8 +29,8 @@ import torch
 
 from models.config import ModelConfig
 from models.read_again import ReadAgainOptions, build_read_again
-from pipeline.search import beam_search, greedy
-from pipeline.train import nll_loss
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (

@@ -71,8 +71,8 @@ def test_metric_tags_and_names() -> None:
 def _log_and_register(project: Path, mech: str, metrics: dict) -> str:
     import mlflow
 
+    from pipeline.serving.pyfunc import log_pyfunc_model
     from pipeline.tracking.registry import metric_tags, register
-    from pipeline.tracking.serving import log_pyfunc_model
 
     mlflow.set_experiment(TASK)
     with mlflow.start_run(run_name=mech) as run:
@@ -147,7 +147,7 @@ def test_champion_moves_to_the_better_version_and_loads(project, store) -> None:
 def test_predict_cli_registered_model(project, store, tmp_path, capsys, monkeypatch) -> None:
     import io
 
-    from pipeline.tracking.predict import main
+    from pipeline.serving.predict import main
     from pipeline.tracking.registry import set_champion
 
     version = _log_and_register(project, "copynet", {"test": {"top1": 95.0}})
@@ -168,15 +168,15 @@ def test_parent_key_is_stable_and_children_share_one_parent(project, store) -> N
         RunLogger,
         parent_run,
         pipeline_key,
+        pipeline_params,
         provenance_tags,
         task_manifests,
-        task_params,
     )
 
     params = _params(project)
     manifests = task_manifests(project / "data/shards" / TASK)
     assert sorted(manifests) == ["test", "train", "valid"]
-    key_params = task_params(params, TASK)
+    key_params = pipeline_params(params, TASK)
     assert key_params["prepare"] == PREPARE and key_params["evaluate"] == EVALUATE
     key = pipeline_key(TASK, key_params, manifests, commit="abc")
     assert key == pipeline_key(
@@ -215,9 +215,9 @@ def test_parent_key_is_stable_and_children_share_one_parent(project, store) -> N
     mlflow.set_experiment(TASK)
     script = (
         "import sys, yaml; from pathlib import Path; sys.path.insert(0, sys.argv[2]);"
-        "from pipeline.tracking.runs import parent_run, task_manifests, task_params;"
+        "from pipeline.tracking.runs import parent_run, task_manifests, pipeline_params;"
         "root = Path(sys.argv[1]); params = yaml.safe_load((root / 'params.yaml').read_text());"
-        "print(parent_run('toy_copy', 'toy_copy', task_params(params, 'toy_copy'),"
+        "print(parent_run('toy_copy', 'toy_copy', pipeline_params(params, 'toy_copy'),"
         " task_manifests(root / 'data/shards/toy_copy'), root=root))"
     )
     procs = [

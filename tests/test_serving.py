@@ -1,7 +1,7 @@
 """The pyfunc model: raw text in, the evaluate stage's prediction out; OOV copies; predict CLI; serving.
 
 A toy project (``a X b -> b X``, as in tests/test_learning.py) is written in the pipeline's own
-formats -- Arrow shards, vocabulary files, ``model.pt`` from :func:`pipeline.train.train` -- with
+formats -- Arrow shards, vocabulary files, ``model.pt`` from :func:`pipeline.training.loop.train` -- with
 CopyNet and RNNSearch trained for 4 epochs (~6 s). The test split's fillers are ``u*`` symbols in no
 vocabulary, so only a copy mechanism can output them.
 """
@@ -39,9 +39,10 @@ def build_toy_project(root: Path) -> Path:
     import torch
 
     from models.config import ModelConfig
-    from pipeline.checkpoints import vocab_identity
     from pipeline.io.shards import ShardWriter, make_schema
-    from pipeline.train import TrainConfig, build_seeded_model, train
+    from pipeline.training.checkpoints import vocab_identity
+    from pipeline.training.loop import build_seeded_model, train
+    from pipeline.training.settings import TrainConfig
     from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
 
     rng = random.Random(0)
@@ -118,13 +119,13 @@ def store(tmp_path_factory):
 
 
 def serving_config(mech: str, **overrides):
-    from pipeline.tracking.serving import ServingConfig
+    from pipeline.serving.predictor import ServingConfig
 
     return ServingConfig.from_params(TASK, mech, PREPARE, EVALUATE, **overrides)
 
 
 def local(project: Path, mech: str, **overrides):
-    from pipeline.tracking.serving import local_model
+    from pipeline.serving.pyfunc import local_model
 
     return local_model(
         project / "data/checkpoints" / TASK / mech, project / "data/vocab" / TASK, serving_config(mech, **overrides)
@@ -136,9 +137,10 @@ def test_pyfunc_output_equals_decode_table(project, mech) -> None:
     """Raw text through the pyfunc gives the evaluate stage's prediction for the same shard row."""
     import torch
 
-    from pipeline.checkpoints import load_model
-    from pipeline.evaluate import EvalConfig, decode_table
+    from pipeline.decoding.decode import decode_table
+    from pipeline.decoding.settings import EvalConfig
     from pipeline.io.shards import read_split
+    from pipeline.training.checkpoints import load_model
     from pipeline.vocab.vocabulary import Vocab
 
     table = read_split(project / "data/shards" / TASK / "test")
@@ -183,7 +185,7 @@ def test_exact_match_on_unseen_fillers(project) -> None:
 def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
     import mlflow
 
-    from pipeline.tracking.serving import log_pyfunc_model
+    from pipeline.serving.pyfunc import log_pyfunc_model
 
     mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
     mlflow.set_experiment(TASK)
@@ -217,7 +219,7 @@ def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
 
 
 def test_predict_cli_checkpoint(project, tmp_path, monkeypatch, capsys) -> None:
-    from pipeline.tracking.predict import main
+    from pipeline.serving.predict import main
 
     inp = tmp_path / "in.txt"
     inp.write_text(f"{OOV_TEXT}\n\na s1 s2 b\n")
@@ -312,8 +314,8 @@ def server(project, store):
     `mlflow models serve -m models:/<task>@champion` on 127.0.0.1, in its own process group."""
     import mlflow
 
+    from pipeline.serving.pyfunc import log_pyfunc_model
     from pipeline.tracking.registry import register, set_champion
-    from pipeline.tracking.serving import log_pyfunc_model
 
     mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
     mlflow.set_experiment(TASK)

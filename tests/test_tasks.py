@@ -7,7 +7,7 @@ import yaml
 
 from pipeline.config.tasks import deep_merge, effective_params, primary_metric
 from pipeline.data.tasks import main, task_status
-from pipeline.train import TrainConfig
+from pipeline.training.settings import TrainConfig
 from tests.conftest import REPO
 
 
@@ -128,7 +128,7 @@ def test_lr_halves_after_the_given_epoch():
 def test_every_task_and_preset_builds_valid_configs():
     """A typo in any task's settings or preset (an unknown key, a bad value) fails here, not mid-run."""
     from models.registry import model_config
-    from pipeline.evaluate import EvalConfig
+    from pipeline.decoding.settings import EvalConfig
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     for preset in ("paper", "cpu"):

@@ -20,14 +20,10 @@ import torch
 from models.config import ModelConfig
 from models.registry import build_model
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
-from pipeline.schedule import EarlyStopping, LRSchedule
-from pipeline.train import (
-    NonFiniteLoss,
-    TrainConfig,
-    autocast,
-    build_seeded_model,
-    train,
-)
+from pipeline.runtime.device import autocast
+from pipeline.training.loop import NonFiniteLoss, build_seeded_model, train
+from pipeline.training.schedule import EarlyStopping, LRSchedule
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate, token_batches
 from tests.conftest import REPO, encoded_task
 
@@ -74,7 +70,7 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from models.config import ModelConfig
     from pipeline.vocab.encoded import EncodedSplit
-    from pipeline.train import TrainConfig, build_seeded_model, train
+    from pipeline.training.loop import TrainConfig, build_seeded_model, train
     from pipeline.vocab.vocabulary import Vocab
     data, ckpt, out = map(Path, sys.argv[1:4])
     torch.set_num_threads(1)

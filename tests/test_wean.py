@@ -32,8 +32,8 @@ from models.param_count import (
     word_generator_parameters,
 )
 from models.wean import WEANOptions, build_luong, build_wean
-from pipeline.search import beam_search, greedy
-from pipeline.train import nll_loss
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.conftest import (

@@ -22,6 +22,7 @@ import yaml
 
 from pipeline.config.params import REPO_ROOT, load_params, section
 from pipeline.config.tasks import task_names, task_settings
+from pipeline.data.prepare import raw_input_paths
 from pipeline.io.files import write_text_atomic
 
 
@@ -33,7 +34,7 @@ def _exists(path: Path) -> bool:
 
 def missing_inputs(params: dict, task: str, raw: str | None, root: Path = REPO_ROOT) -> list[str]:
     """The raw files/directories ``task``'s reader settings name that are absent (relative paths
-    resolve against ``raw``, as ``flows.prepare`` resolves them)."""
+    resolve against ``raw``, as :func:`pipeline.data.prepare.resolve_paths` resolves them)."""
     if raw is None:
         return [f"task_settings.{task}.raw is not set"]
     raw_root = root / raw
@@ -41,15 +42,7 @@ def missing_inputs(params: dict, task: str, raw: str | None, root: Path = REPO_R
         return [str(raw_root)]
     settings = section(params, "prepare", task)
     missing = []
-    for key, value in settings.items():
-        if key == "cache_dir" or value is None:
-            continue
-        if key.endswith(("_dir", "_file")):
-            values = [value]
-        elif key.endswith("_files"):
-            values = list(value)
-        else:
-            continue
+    for values in raw_input_paths(settings).values():
         missing += [str(raw_root / v) for v in values if not os.path.isabs(v) and not _exists(raw_root / v)]
     for name, extra in (settings.get("extra_splits") or {}).items():
         if not extra.get("optional") and not (raw_root / extra["raw"]).exists():

@@ -457,3 +457,22 @@ def read_split(split_dir: str | Path) -> pa.Table:
 def first_rows(table: pa.Table, n: int | None) -> pa.Table:
     """The first ``n`` rows of a table (all when None): what the ``max_examples`` settings keep."""
     return table if n is None or n >= table.num_rows else table.slice(0, n)
+
+
+def verify_split(split_dir: Path, expected_sha: str | None = None) -> dict:
+    """The split's manifest after checking every part's bytes against it (and its content hash
+    against ``expected_sha``); ValueError naming the file that differs."""
+    manifest = read_manifest(split_dir)
+    for part in manifest["parts"]:
+        actual = sha256_file(split_dir / part["file"])
+        if actual != part["sha256"]:
+            raise ValueError(
+                f"{split_dir / part['file']}: sha256 {actual} differs from its manifest's {part['sha256']}"
+            )
+    content = content_sha256(p["sha256"] for p in manifest["parts"])
+    if content != manifest["content_sha256"] or (expected_sha and content != expected_sha):
+        raise ValueError(
+            f"{split_dir}: content_sha256 {content} differs from the expected "
+            f"{expected_sha or manifest['content_sha256']}"
+        )
+    return manifest

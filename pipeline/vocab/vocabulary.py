@@ -29,10 +29,26 @@ from models.specials import (  # noqa: F401 (re-exported: the file format's spec
     SPECIALS,
     UNK,
 )
+from pipeline.config.params import section
+from pipeline.config.validation import dataclass_from_dict
 from pipeline.io.files import write_text_atomic
+from pipeline.io.shards import read_manifest
 
 if TYPE_CHECKING:
     import polars as pl
+
+
+@dataclass(frozen=True)
+class VocabConfig:
+    """The ``vocab`` section of params.yaml: the vocabulary sizes the vocab stage builds."""
+
+    src_max_size: int | None = None  # specials included; None: every training token
+    tgt_max_size: int | None = None
+    min_count: int = 1
+
+    @classmethod
+    def from_params(cls, params: dict) -> VocabConfig:
+        return dataclass_from_dict(cls, section(params, "vocab"))
 
 
 @dataclass
@@ -121,7 +137,7 @@ class Vocab:
 
 def _count_frame(table: pa.Table, column: str) -> pl.DataFrame:
     """(token, count) of a list<string> (or nested list) column, via polars explode/group."""
-    import polars as pl  # here, not at module level: models and search import this module, polars only counting
+    import polars as pl  # here, not at module level: batching and decoding import this module, polars only counting
 
     if column not in table.column_names:
         raise KeyError(f"column {column!r} not in table (has {table.column_names})")
@@ -144,8 +160,6 @@ def count_split_tokens(split_dir: str | Path, column: str) -> dict[str, int]:
     """Token frequencies of a shard split's column, one memory-mapped part at a time (memory stays
     flat in the corpus size: only the counts of distinct tokens are held)."""
     import polars as pl
-
-    from pipeline.io.shards import read_manifest
 
     split_dir = Path(split_dir)
     total = pl.DataFrame(schema={"token": pl.String, "count": pl.Int64})

@@ -19,7 +19,7 @@ cluster's references. Rows (one ``test`` split):
   punctuation dropped), ``tgt`` = ``refs[0]``;
 * ``refs_raw`` = the reference texts exactly as written -- only a leading BOM and the line ends
   removed (lines kept apart by ``\n``, CRLF read as LF) -- for the official 75-byte ROUGE
-  evaluation (``pipeline.metrics.rouge_recall_75``), which truncates the raw text: NIST's DUC 2004
+  evaluation (``pipeline.metrics.registry.rouge_recall_75``), which truncates the raw text: NIST's DUC 2004
   model files begin with a space, and ROUGE-1.5.5 counts it in the 75 bytes (collapsing it made
   our recall +0.037 / +0.020 / +0.014 R-1/2/L too high on DUC 2004 with a lead baseline).
 

@@ -85,7 +85,7 @@ from pipeline.data.corpora.dress import (
     stream_items,
     tokenise_fields,
 )
-from pipeline.data.corpora.turkcorpus import PARTS, part_paths, turk_stream
+from pipeline.data.corpora.turkcorpus import PARTS, part_paths, turk_normalise, turk_stream, turk_tokenizer
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
 from pipeline.data.text.ptb import tokenize
@@ -94,20 +94,6 @@ TRAIN_SOURCES = ("hwang", "kauchak")
 KAUCHAK_LAYOUTS = ("v2", "plain")
 
 SCHEMA: pa.Schema = make_schema([pa.field("origin", pa.string()), pa.field("score", pa.float64())])
-
-# PTB escapes -> TurkCorpus's forms (whole tokens), for lowercased and for cased text.
-_TURK_TOKENS = {
-    "(": "-lrb-",
-    ")": "-rrb-",
-    "[": "-lsb-",
-    "]": "-rsb-",
-    "{": "-lcb-",
-    "}": "-rcb-",
-    "``": '"',
-    "''": '"',
-}
-_TURK_TOKENS_CASED = {k: v.upper() if v.startswith("-") else v for k, v in _TURK_TOKENS.items()}
-
 
 @dataclass(frozen=True)
 class Config:
@@ -166,13 +152,6 @@ class _TrainSpec:
     lowercase: bool
     turk_tokens: bool
     limits: TextLimits = DEFAULT_LIMITS
-
-
-def turk_normalise(tokens: list[str], lowercase: bool) -> tuple[list[str], int]:
-    """Map PTB token escapes to TurkCorpus's forms; return the tokens and how many changed."""
-    table = _TURK_TOKENS if lowercase else _TURK_TOKENS_CASED
-    out = [table.get(tok, tok).replace("\\/", "/").replace("\\*", "*") for tok in tokens]
-    return out, sum(a != b for a, b in zip(out, tokens))
 
 
 def _train_row(spec: _TrainSpec, line: int, src: list[str], tgt: list[str], score: float | None) -> tuple:
@@ -336,20 +315,6 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
 # --------------------------------------------------------------------------- #
 # Raw text (serving, predict: pipeline.data.corpora.raw_input)
 # --------------------------------------------------------------------------- #
-
-
-def turk_tokenizer(pretokenized: bool, lowercase: bool, turk_tokens: bool) -> Callable[[str], list[str]]:
-    """Raw text -> tokens in TurkCorpus's conventions: PTB tokens (:func:`pipeline.data.text.ptb.tokenize`;
-    ``pretokenized``: a whitespace split), lowercased if ``lowercase``, then (``turk_tokens``)
-    :func:`turk_normalise`'s forms (``-lrb-``, plain ``"``)."""
-
-    def run(text: str) -> list[str]:
-        tokens = text.split() if pretokenized else tokenize(text)
-        if lowercase:
-            tokens = [t.lower() for t in tokens]
-        return turk_normalise(tokens, lowercase)[0] if turk_tokens else tokens
-
-    return run
 
 
 def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:

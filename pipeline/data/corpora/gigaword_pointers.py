@@ -516,14 +516,23 @@ def write_splits(
 # --------------------------------------------------------------------------- #
 
 
-def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
-    """Raw text -> source tokens for ``mode: unk``: Gigaword's Rush tokens
-    (:func:`pipeline.data.corpora.gigaword.rush_tokenizer`). ``mode: entity`` raises ``ValueError``:
-    its sources are anonymised ``@entity<n>`` by an NER tagger, and serving would need the tagger
-    and the de-anonymisation map."""
+def raw_text_refusal(settings: dict) -> str | None:
+    """Why raw text cannot be tokenised with these settings (None: it can). ``mode: entity``: its
+    sources are anonymised ``@entity<n>`` by an NER tagger, and serving would need the tagger and the
+    de-anonymisation map."""
     if settings.get("mode", "unk") != "unk":
-        raise ValueError(
+        return (
             f"raw-text input is not supported for gigaword_pointers mode {settings.get('mode')!r}: "
             "its sources are NER-anonymised (@entity<n>); only mode 'unk' can be served"
         )
+    return None
+
+
+def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
+    """Raw text -> source tokens for ``mode: unk``: Gigaword's Rush tokens
+    (:func:`pipeline.data.corpora.gigaword.rush_tokenizer`); ``ValueError`` (:func:`raw_text_refusal`)
+    for ``mode: entity``."""
+    refusal = raw_text_refusal(settings)
+    if refusal:
+        raise ValueError(refusal)
     return gigaword.rush_tokenizer(pretokenized)

@@ -27,7 +27,7 @@ reader (``prepare.<task>.reader``)     its ``source_tokenizer``: raw text -> sou
 ``dress``, ``pwkp``                    the releases are PTB-tokenised and cased: PTB tokens, then the reader's
                                        own step (``lowercase``): :func:`pipeline.data.corpora.dress.ptb_tokenizer`
 ``turkcorpus``, ``ewsew``              PTB tokens, then the EW-SEW reader's steps that bring text to TurkCorpus's
-                                       conventions (:func:`pipeline.data.corpora.ewsew.turk_tokenizer`: ``-lrb-``,
+                                       conventions (:func:`pipeline.data.corpora.turkcorpus.turk_tokenizer`: ``-lrb-``,
                                        plain ``"``; lowercase). ``turkcorpus`` is lowercased as published, so
                                        both always lowercase unless ``ewsew`` sets ``lowercase: false``.
 ``europarl``                           Moses ``tokenizer.perl -l <src_lang>`` via sacremoses
@@ -51,6 +51,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pipeline.data.corpora import reader_module, reader_names
+from pipeline.data.text.subword import SentencePieceTokenizer
 
 Tokenizer = Callable[[str], list[str]]
 
@@ -82,9 +83,20 @@ def _subword(settings: dict, subword_model: str | Path | None):
             f"prepare settings of reader {settings['reader']!r} use subword {settings['subword']}: "
             "pass subword_model (the subword.model beside the corpus's shards)"
         )
-    from pipeline.data.text.subword import SentencePieceTokenizer
-
     return SentencePieceTokenizer(subword_model)
+
+
+def accepts_raw_text(prepare_settings: dict) -> bool:
+    """Whether the corpus's reader tokenises raw text with these settings (serving, ``predict``, the
+    logged model's input example): its module declares ``source_tokenizer``, and its optional
+    ``raw_text_refusal(settings)`` finds nothing to refuse (``gigaword_pointers`` refuses ``mode:
+    entity``)."""
+    try:
+        module = _reader(prepare_settings)
+    except ValueError:
+        return False
+    refusal = getattr(module, "raw_text_refusal", None)
+    return refusal is None or not refusal(prepare_settings)
 
 
 def source_tokenizer(

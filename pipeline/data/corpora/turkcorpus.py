@@ -60,10 +60,46 @@ from pipeline.data.corpora.dress import (
 )
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
+from pipeline.data.text.ptb import tokenize
 
 PARTS = {"valid": "tune", "test": "test"}  # our split name -> TurkCorpus file part
 
 SCHEMA: pa.Schema = make_schema([pa.field("simp", pa.list_(pa.string()))])
+
+
+# PTB escapes -> TurkCorpus's forms (whole tokens), for lowercased and for cased text.
+_TURK_TOKENS = {
+    "(": "-lrb-",
+    ")": "-rrb-",
+    "[": "-lsb-",
+    "]": "-rsb-",
+    "{": "-lcb-",
+    "}": "-rcb-",
+    "``": '"',
+    "''": '"',
+}
+_TURK_TOKENS_CASED = {k: v.upper() if v.startswith("-") else v for k, v in _TURK_TOKENS.items()}
+
+
+def turk_normalise(tokens: list[str], lowercase: bool) -> tuple[list[str], int]:
+    """Map PTB token escapes to TurkCorpus's forms; return the tokens and how many changed."""
+    table = _TURK_TOKENS if lowercase else _TURK_TOKENS_CASED
+    out = [table.get(tok, tok).replace("\\/", "/").replace("\\*", "*") for tok in tokens]
+    return out, sum(a != b for a, b in zip(out, tokens))
+
+
+def turk_tokenizer(pretokenized: bool, lowercase: bool, turk_tokens: bool) -> Callable[[str], list[str]]:
+    """Raw text -> tokens in TurkCorpus's conventions: PTB tokens (:func:`pipeline.data.text.ptb.tokenize`;
+    ``pretokenized``: a whitespace split), lowercased if ``lowercase``, then (``turk_tokens``)
+    :func:`turk_normalise`'s forms (``-lrb-``, plain ``"``)."""
+
+    def run(text: str) -> list[str]:
+        tokens = text.split() if pretokenized else tokenize(text)
+        if lowercase:
+            tokens = [t.lower() for t in tokens]
+        return turk_normalise(tokens, lowercase)[0] if turk_tokens else tokens
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -171,8 +207,6 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
 
 def source_tokenizer(settings: dict, pretokenized: bool) -> Callable[[str], list[str]]:
     """Raw text -> source tokens: PTB tokens in TurkCorpus's forms, always lowercased
-    (:func:`pipeline.data.corpora.ewsew.turk_tokenizer`): the ``.tok`` files are lowercased as published,
+    (:func:`turk_tokenizer`): the ``.tok`` files are lowercased as published,
     so this reader's ``lowercase: false`` means "already"."""
-    from pipeline.data.corpora.ewsew import turk_tokenizer  # here: ewsew imports this module
-
     return turk_tokenizer(pretokenized, lowercase=True, turk_tokens=True)

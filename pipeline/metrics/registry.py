@@ -12,9 +12,9 @@ the convention of the papers it is compared with (docs/paper_tasks.md):
   hypothesis and every reference cut to 75 bytes and counts pooled over the 4 references
   (``ROUGE-1.5.5.pl -m -b 75 -n 4 -a``, ``-f A``).
 * ``bleu_sari`` -- PWKP / TurkCorpus (WEAN Tables 1-2): corpus BLEU as multi-bleu.perl
-  (``pipeline.bleu``) and SARI (``pipeline.sari``).
+  (``pipeline.metrics.bleu``) and SARI (``pipeline.metrics.sari``).
 
-All ROUGE numbers are the exact mean of ROUGE-1.5.5's per-summary scores (``pipeline.rouge``).
+All ROUGE numbers are the exact mean of ROUGE-1.5.5's per-summary scores (``pipeline.metrics.rouge``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from pipeline.bleu import corpus_bleu
-from pipeline.rouge import rouge
-from pipeline.sari import corpus_sari
+from pipeline.metrics.bleu import corpus_bleu
+from pipeline.metrics.rouge import rouge
+from pipeline.metrics.sari import corpus_sari
 
 
 def exact_match(golds: list[list[str]], nbests: list[list[list[str]]], k: int) -> dict:

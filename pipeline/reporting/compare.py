@@ -5,14 +5,51 @@ Two shapes:
 * exact match (CopyNet Table 1): per split, top-1 and top-k accuracy per group (rule type);
 * text metrics (ROUGE, BLEU, SARI): per split, one column per metric key (``compare.columns``).
 
-Published rows come from ``pipeline.paper_results``; ``compare.paper_tables`` maps a paper table's
+Published rows come from ``pipeline.reporting.paper_results``; ``compare.paper_tables`` maps a paper table's
 id to the split of ours it is printed under (e.g. ``readagain_duc2004: duc2004``). A paper row
 shows the paper's own columns; a column we do not compute is '-' in our rows.
 """
 
 from __future__ import annotations
 
-from pipeline.paper_results import PAPER_TABLES
+from dataclasses import dataclass, field
+
+from pipeline.config.params import section
+from pipeline.config.validation import dataclass_from_dict
+from pipeline.reporting.paper_results import PAPER_TABLES
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The ``compare`` section of params.yaml (a task's effective one): what its comparison page shows."""
+
+    splits: tuple[str, ...] = ("test",)  # the splits compared, in order (the first is charted)
+    topk: int = 10  # exact match: the top-k column (as evaluate.topk)
+    columns: tuple[str, ...] = ()  # metric keys (text tasks) or group names (exact match)
+    paper_tables: dict = field(default_factory=dict)  # paper table id -> the split of ours it sits beside
+    lead: tuple[int, ...] = ()  # model-free lead-N rows (pipeline.reporting.baselines)
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.paper_tables if t not in PAPER_TABLES]
+        if unknown:
+            raise KeyError(
+                f"compare.paper_tables: no paper table {unknown[0]!r} "
+                f"(pipeline/reporting/paper_results.yaml has {sorted(PAPER_TABLES)})"
+            )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CompareConfig:
+        d = dict(d)
+        for key in ("splits", "columns", "lead"):
+            if key in d:
+                d[key] = tuple(d[key] or ())
+        if "paper_tables" in d:
+            d["paper_tables"] = dict(d["paper_tables"] or {})
+        return dataclass_from_dict(cls, d)
+
+    @classmethod
+    def from_params(cls, params: dict) -> CompareConfig:
+        return cls.from_dict(section(params, "compare"))
 
 
 def _fmt(v, digits: int = 1) -> str:
@@ -83,22 +120,19 @@ def _paper_note(paper: dict) -> str:
 
 
 def comparison_markdown(
-    task: str, metrics: dict[str, dict], cfg: dict, display: dict[str, str], metric_kinds: dict[str, str]
+    task: str, metrics: dict[str, dict], cfg: CompareConfig, display: dict[str, str], metric_kinds: dict[str, str]
 ) -> str:
-    """The whole comparison page for one task (``cfg``: the task's effective ``compare`` section)."""
-    splits = [s for s in cfg.get("splits", ["test"]) if any(s in m for m in metrics.values())]
-    tables = {
-        split: [PAPER_TABLES[t] for t, s in (cfg.get("paper_tables") or {}).items() if s == split] for split in splits
-    }
+    """The whole comparison page for one task (``cfg``: the task's effective ``compare`` settings)."""
+    splits = [s for s in cfg.splits if any(s in m for m in metrics.values())]
+    tables = {split: [PAPER_TABLES[t] for t, s in cfg.paper_tables.items() if s == split] for split in splits}
     out = [f"# {task}: comparison\n"]
     for split in splits:
         kind = metric_kinds.get(split, "exact_match")
         papers = tables.get(split) or [None]
         if kind == "exact_match":
-            topk = cfg.get("topk", 10)
-            columns = list(cfg.get("columns", [])) + ["all"]
-            for key in ("top1", f"top{topk}"):
-                rows = accuracy_rows(metrics, split, cfg.get("columns", []), key)
+            columns = list(cfg.columns) + ["all"]
+            for key in ("top1", f"top{cfg.topk}"):
+                rows = accuracy_rows(metrics, split, list(cfg.columns), key)
                 if not rows:
                     continue
                 for paper in papers if key == "top1" else [None]:
@@ -108,7 +142,7 @@ def comparison_markdown(
                     out.append(markdown_table(rows, columns, display, paper))
             continue
         for paper in papers:
-            columns = list(paper["columns"]) if paper else list(cfg.get("columns", []))
+            columns = list(paper["columns"]) if paper else list(cfg.columns)
             rows = metric_rows(metrics, split, columns)
             if not rows:
                 continue

@@ -16,8 +16,9 @@ import json
 import math
 from pathlib import Path
 
-from pipeline.baselines import baseline_names
-from pipeline.compare import accuracy_rows, metric_rows
+from pipeline.reporting.baselines import baseline_names
+from pipeline.reporting.compare import accuracy_rows, metric_rows
+from pipeline.reporting.paper_results import PAPER_TABLES
 
 
 def load_runs(folder: Path) -> dict[str, dict[str, dict]]:
@@ -148,14 +149,12 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
     kind: seeds | sizes         # mean ± sd over <run> = seed folders | a learning curve over sizes
     split: test
     columns: [...]              # rule types (seeds: plus "all") or metric keys (sizes)
-    paper_table: copynet_table1 # the published rows beside ours (pipeline/paper_results.yaml)
+    paper_table: copynet_table1 # the published rows beside ours (pipeline/reporting/paper_results.yaml)
     curves: [copynet]           # seeds: the validation curves of these mechanisms (<run>/<mech>.csv)
     target: 3800000             # sizes: the training size the fit is extrapolated to
     paper_rows: {read_again: read_again}  # sizes: the paper_table row set beside each mechanism
     """
     import yaml
-
-    from pipeline.paper_results import PAPER_TABLES
 
     spec = yaml.safe_load((folder / "experiment.yaml").read_text(encoding="utf-8"))
     runs = load_runs(folder)

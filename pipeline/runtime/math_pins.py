@@ -45,6 +45,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.config.params import load_params
+from pipeline.config.tasks import effective_params
+
 PINS: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -55,9 +58,9 @@ X86 = ("x86_64", "amd64", "i686", "i386")
 # The module that decides which setting a command-line process follows (None: either of the two).
 _SETTING_OF_MODULE = {
     "flows.train": "train",
-    "pipeline.train_job": "train",
+    "pipeline.stages.train": "train",
     "flows.evaluate": "evaluate",
-    "pipeline.tracking.predict": "evaluate",
+    "pipeline.serving.predict": "evaluate",
 }
 
 _state: dict[str, str] = {}  # what pin_math_libraries did in this process (empty: not called)
@@ -80,7 +83,7 @@ def pin_math_libraries(enabled: bool = True, reason: str = "") -> dict[str, str]
             _state.update(pinned="false", why="torch was loaded before the pins were set")
             warnings.warn(
                 "math libraries pinned after torch was loaded: this process's results may differ across "
-                "machines (pin before `import torch`: pipeline.math_pins)",
+                "machines (pin before `import torch`: pipeline.runtime.math_pins)",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -101,7 +104,7 @@ def math_state() -> dict[str, str]:
         "cpu_isa": " ".join(f for f in ("avx2", "fma", "avx512f", "amx_tile") if f in cpu_flags()) or "none",
         "math_pins": " ".join(f"{k}={os.environ[k]}" for k in PINS if k in os.environ) or "none",
         "math_pinned": _state.get("pinned", "false"),
-        "math_pinned_why": _state.get("why", "pipeline.math_pins was not called in this process"),
+        "math_pinned_why": _state.get("why", "pipeline.runtime.math_pins was not called in this process"),
     }
 
 
@@ -155,9 +158,6 @@ def wants_pins(module: str, args: Sequence[str]) -> bool:
     the ``deterministic`` setting that module follows, in the params file it reads (``--params``,
     default the repository's params.yaml), with the task's overrides (``--task``/``--corpus``)."""
     import argparse
-
-    from pipeline.config.params import load_params
-    from pipeline.config.tasks import effective_params
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--params", default=None)

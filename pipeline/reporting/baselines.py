@@ -4,7 +4,7 @@
 literature's lead / prefix baseline; on Gigaword the lead-8 row says how much of a headline is the
 article's opening words). ``compare.lead: [8]`` adds a ``lead8`` row to a task's comparison; the
 compare stage scores it on the same shards, rows (``evaluate.max_examples``) and metric per split as
-the evaluate stage scores the mechanisms (:func:`pipeline.evaluate.score_records`).
+the evaluate stage scores the mechanisms (:func:`pipeline.decoding.scoring.score_records`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.evaluate import EvalConfig, score_records
+from pipeline.decoding.scoring import score_records
+from pipeline.decoding.settings import EvalConfig
 from pipeline.io.shards import first_rows, read_split
 
 
@@ -32,7 +33,7 @@ def baseline_names(keys) -> dict[str, str]:
 
 
 def lead_records(table: pa.Table, n: int) -> list[dict]:
-    """Prediction records (the shape :func:`pipeline.evaluate.decode_table` writes) whose output is
+    """Prediction records (the shape :func:`pipeline.decoding.decode.decode_table` writes) whose output is
     the first ``n`` source tokens of each row."""
     if n < 1:
         raise ValueError(f"lead baseline: n must be >= 1, got {n}")

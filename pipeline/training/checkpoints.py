@@ -1,6 +1,6 @@
 """Trained-model files: tensors and plain data only, loaded without running anything from them.
 
-``model.pt`` (written by pipeline.train, read by evaluate, serving, predict and retraining) holds
+``model.pt`` (written by pipeline.training.loop, read by evaluate, serving, predict and retraining) holds
 
   model         the state dict (tensors)
   model_config  the ModelConfig fields it was built with

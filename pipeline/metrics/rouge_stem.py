@@ -200,7 +200,7 @@ def porter_stem(w: str) -> str:
 def morph_stem(token: str) -> str:
     """``sub MorphStem``: the WordNet exception's base form if listed, else :func:`porter_stem`.
 
-    ROUGE calls it only for tokens longer than 3 characters (see ``pipeline.rouge``); tokens reach
+    ROUGE calls it only for tokens longer than 3 characters (see ``pipeline.metrics.rouge``); tokens reach
     it lowercased, as ROUGE lowercases the whole text first.
     """
     exceptions = load_exceptions()

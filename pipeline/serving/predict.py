@@ -1,4 +1,4 @@
-"""``python -m pipeline.tracking.predict``: raw text in (a file or stdin, one input a line), one output a line.
+"""``python -m pipeline.serving.predict``: raw text in (a file or stdin, one input a line), one output a line.
 
 Two sources of a model:
 
@@ -32,7 +32,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
+
+from pipeline.config.params import load_params, project_root
+from pipeline.config.tasks import effective_params
+from pipeline.io.files import atomic_path
+from pipeline.serving.predictor import InputRejected, ServingConfig
+from pipeline.serving.pyfunc import local_model
+from pipeline.tracking.runs import tracking_uri
 
 PROG = "copyseq-predict"
 
@@ -83,10 +92,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def checkpoint_model(args: argparse.Namespace):
     """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
-    from pipeline.config.params import load_params, project_root
-    from pipeline.config.tasks import effective_params
-    from pipeline.tracking.serving import ServingConfig, local_model
-
     ckpt = Path(args.checkpoint)
     if not (ckpt / "model.pt").is_file():
         raise FileNotFoundError(f"{ckpt / 'model.pt'}: no trained model (run the train stage first)")
@@ -107,10 +112,6 @@ def checkpoint_model(args: argparse.Namespace):
 
 
 def registered_model(uri: str):
-    import mlflow
-
-    from pipeline.tracking.runs import tracking_uri
-
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
     return mlflow.pyfunc.load_model(uri)
@@ -159,7 +160,7 @@ def read_lines(inp: BinaryIO | TextIO) -> list[str]:
 
 
 def predictor_of(model):
-    """The :class:`pipeline.tracking.serving.Predictor` inside a local or a loaded pyfunc model; None
+    """The :class:`pipeline.serving.predictor.Predictor` inside a local or a loaded pyfunc model; None
     for a model logged before the serving limits existed (its own code checks nothing up front)."""
     python_model = getattr(model, "python_model", None)
     if python_model is None and hasattr(model, "unwrap_python_model"):
@@ -170,8 +171,6 @@ def predictor_of(model):
 
 def check_all(predictor, texts: Sequence[str], beam: int | None, max_len: int | None) -> None:
     """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
-    from pipeline.tracking.serving import InputRejected
-
     try:
         predictor.check_params(beam, max_len)
     except InputRejected as err:
@@ -189,8 +188,6 @@ def chunks(n: int, size: int) -> Iterable[tuple[int, int]]:
 
 def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: TextIO | None = None) -> int:
     """Decode every line of ``inp`` into ``out``; warnings to ``err`` (stderr). Returns the line count."""
-    from mlflow.exceptions import MlflowException
-
     err = err or sys.stderr
     texts = read_lines(inp)
     try:
@@ -232,8 +229,6 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
 def main(argv: Sequence[str] | None = None) -> int:
     """The command; 0 on success, 2 (one line on stderr, no traceback) on a user error: a line that
     is not UTF-8 or over a serving limit, a checkpoint that does not fit its settings, a missing file."""
-    from mlflow.exceptions import MlflowException
-
     args = parse_args(argv)
     try:
         inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
@@ -242,8 +237,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.output == "-":
                 run(args, inp, sys.stdout)
             else:
-                from pipeline.io.files import atomic_path
-
                 with atomic_path(Path(args.output)) as tmp, open(tmp, "w", encoding="utf-8") as out:
                     run(args, inp, out)
         finally:
