@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.ipc  # noqa: E402
@@ -193,7 +192,7 @@ def jieba_vs_ours(work: Path, pairs: int, workers: int) -> dict:
 
 def peak_rss_mb(pairs: int) -> float:
     code = (
-        f"import sys, resource, tempfile; from pathlib import Path; sys.path.insert(0, {str(REPO)!r});"
+        f"import sys, resource, tempfile; from pathlib import Path; "
         "from benchmarks.bench_corpora import rush_inputs, rush_ours;"
         f"w = Path(tempfile.mkdtemp()); a, t = rush_inputs(w, {pairs:d}); rush_ours(a, t, w / 'out');"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

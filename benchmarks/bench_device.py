@@ -35,20 +35,15 @@ import copy
 import json
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_mechanisms import NoEarlyEos  # noqa: E402
-from bench_training import _sync, batches_for, train_steps  # noqa: E402
-from gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
-
+from benchmarks.bench_mechanisms import NoEarlyEos  # noqa: E402
+from benchmarks.bench_training import _sync, batches_for, train_steps  # noqa: E402
+from benchmarks.gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
 from pipeline.decoding.search import beam_search, greedy  # noqa: E402

@@ -30,7 +30,6 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
 

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-
 from models.config import ModelConfig  # noqa: E402
 from models.extended import NEG  # noqa: E402
 from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples, regular_symbol  # noqa: E402
 from pipeline.decoding.search import beam_search, greedy  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device
 from pipeline.training.loop import nll_loss  # noqa: E402
@@ -77,8 +76,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------
 def rule_data(seed: int) -> tuple[list[tuple[list[str], list[str]]], list[tuple[list[str], list[str]]], Vocab]:
     """Training pairs and decoding pairs (half in-vocabulary test, half unseen-filler test)."""
-    from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples, regular_symbol
-
     cfg = RulesConfig(n_rules=60, instances_per_rule=40, vocab_size=1000, unseen_per_rule=8, seed=seed)
     ex = generate_examples(cfg)
     pairs = lambda split: [(r["src"], r["tgt"]) for r in ex[split]]

@@ -27,17 +27,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 # --------------------------------------------------------------------------- #
-# Stages (run in a child process: ``bench_scale.py stage <name> <work dir> ...``)
+# Stages (run in a child process: ``bench_scale.py stage <name> <work dir> ...``). Each imports what
+# it runs inside its function, not at the top: the child's peak RSS then counts what its stage
+# loads, not torch and the models for the prepare stage.
 # --------------------------------------------------------------------------- #
 
 
 def stage_generate(work: Path, pairs: int) -> dict:
-    from gigaword_shaped import write_rush
+    from benchmarks.gigaword_shaped import write_rush
 
     write_rush(work / "raw", pairs, seed=0, prefix="train")
     write_rush(work / "raw", 2000, seed=1, prefix="valid")

@@ -48,14 +48,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gigaword_shaped import sample_pairs, words  # noqa: E402
-
+from benchmarks.gigaword_shaped import sample_pairs, words  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
+from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
 from pipeline.vocab.batching import collate  # noqa: E402
 from pipeline.vocab.vocabulary import SPECIALS, Vocab  # noqa: E402
 
@@ -91,8 +88,6 @@ def compare_math_pins(argv: list[str], args: argparse.Namespace) -> None:
     each mechanism's two-phase tokens/s both ways and the ratio."""
     import subprocess
     import tempfile
-
-    from pipeline.runtime.math_pins import PINS, cpu_model
 
     rest = [a for i, a in enumerate(argv) if a != "--math-pins" and (i == 0 or argv[i - 1] != "--math-pins")]
     rates: dict[tuple[str, int], dict[str, list[float]]] = {}

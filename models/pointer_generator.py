@@ -151,6 +151,11 @@ MECHANISMS = (
         "Pointer-generator + coverage",
         build_pointer_generator,
         options=PointerGeneratorOptions,
-        variants=({}, {"coverage": False}, {"coverage_loss_weight": 0.3}),
+        variants=(
+            {},
+            {"coverage": False},
+            {"coverage_loss_weight": 0.3},
+            {"encoder": "transformer", "transformer_heads": 2},
+        ),
     ),
 )

@@ -246,6 +246,11 @@ class PointerSoftmaxOutput(OutputLayer):
             "copy_logp": scores.copy_log_probs().squeeze(1),  # (B, S) log (1 - d) l_j: the heat map's pointing
         }
 
+    @property
+    def scores_are_probabilities(self) -> bool:
+        """``decode: max`` ranks search by the best derivation (eval mode), not by p(w)."""
+        return self.decode == "marginal"
+
     def distribution(self, scores: Scores, view: State) -> torch.Tensor:
         """The marginal p(w) = d w(w) + (1 - d) sum_{x_j = w} l_j over V + X, or, with ``decode: max``
         in eval mode, the best derivation max(d w(w), max_{x_j = w} (1 - d) l_j)."""

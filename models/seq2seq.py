@@ -103,6 +103,9 @@ class OutputLayer(nn.Module):
     extra_input_dim: int = 0  # size of an extra decoder input fed with e(y_{t-1}) (0: none)
     can_copy: bool = False  # False: an OOV target is only reachable as <unk> (its gold id becomes UNK)
     reads_pointers: bool = False  # trains on the batch's pointer annotations (tgt_pointer, tgt_switch) when given
+    # False: what ``step`` gives search in eval mode ranks by another score than log p (Pointer Softmax's
+    # ``decode: max``: the best derivation), so it sums to at most 1; log p(y) is still ``step_log_likelihood``.
+    scores_are_probabilities: bool = True
     shortlist: int | None = None  # generate only ids < shortlist (None: all of V); the rest are copied or <unk>
     static_keys: frozenset[str] = frozenset()  # state keys fixed per source (never change while decoding)
     # Decoder-state keys (B, S) that ``score_all`` reads per step, as they were *before* the step's

@@ -231,6 +231,6 @@ MECHANISMS = (
         "WEAN",
         build_wean,
         options=WEANOptions,
-        variants=({"score": "dot"}, {"score": "general", "candidates": 8}, {"score": "concat", "layers": 1}),
+        variants=({}, {"score": "dot"}, {"score": "general", "candidates": 8}, {"score": "concat", "layers": 1}),
     ),
 )

@@ -20,10 +20,7 @@ with the math libraries pinned as the pipeline's stages are (pipeline.runtime.ma
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # noqa: E402 (run from anywhere in the checkout)
 
 from pipeline.runtime.math_pins import pin_math_libraries  # noqa: E402  (before torch loads)
 

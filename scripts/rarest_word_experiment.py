@@ -24,13 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.baselines import build_encdec, build_rnnsearch  # noqa: E402
 from models.config import ModelConfig  # noqa: E402

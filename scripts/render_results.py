@@ -42,7 +42,6 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from models.registry import DISPLAY_NAMES  # noqa: E402
 from pipeline.config.params import load_params  # noqa: E402

@@ -38,12 +38,10 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from pipeline.io.files import write_json_atomic, write_text_atomic  # noqa: E402
 

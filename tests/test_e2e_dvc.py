@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from models.registry import DISPLAY_NAMES
-from tests.conftest import REPO, tiny_params
+from tests.helpers import REPO, tiny_params
 
 pytestmark = pytest.mark.slow
 

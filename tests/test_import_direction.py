@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 # Layer of each package: a module may import its own package and packages of lower layers only.
 LAYERS = {
@@ -175,6 +175,20 @@ def test_plug_ins_are_named_only_where_they_live():
         for line, value in string_constants(path):
             if value in mechanisms or (value in readers and not rel.startswith("pipeline/data/")):
                 bad.append(f"{rel}:{line} names {value!r}")
+    assert bad == []
+
+
+def test_benchmarks_and_scripts_use_the_installed_packages():
+    """No ``sys.path`` edits, no imports of the test suite: they run against the installed packages
+    (``benchmarks`` is one of them: the scripts import each other as ``benchmarks.<name>``)."""
+    bad = []
+    for path in python_files("benchmarks", "scripts"):
+        text = path.read_text(encoding="utf-8")
+        if "sys.path.insert" in text or "sys.path.append" in text:
+            bad.append(f"{path.relative_to(REPO)}: edits sys.path")
+        bad += [
+            f"{path.relative_to(REPO)}:{line} imports {m}" for line, m in imports(path) if m.split(".")[0] == "tests"
+        ]
     assert bad == []
 
 

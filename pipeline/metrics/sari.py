@@ -4,7 +4,7 @@ Reference implementation: ``SARI.py`` of github.com/cocoxu/simplification (``SAR
 ``SARIsent``), which EASSE's ``sentence_sari(..., tokenizer='none')`` and most simplification
 papers reproduce. Hand-written because no maintained PyPI package provides it offline with
 these exact conventions (EASSE is not on PyPI; tensor2tensor's ``sari_hook`` weights deletion
-differently); ``tests/test_bleu_sari.py`` checks the paper's example values (26.8278, 58.8999,
+differently); ``tests/pipeline/metrics/test_bleu_sari.py`` checks the paper's example values (26.8278, 58.8999,
 50.7161, also asserted in EASSE's tests) and the reference code's values on a fixture.
 
 Per n = 1..4, with source S, candidate C and references R_1..R_k (k = ``numref``):

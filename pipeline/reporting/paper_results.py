@@ -16,7 +16,7 @@ values, and where they are printed: the paper's text conversion in ../shared/pap
 such as ``000_6c68d453ca25dfa2.txt``), the table as the paper names it, and the 1-based line of that
 file where the row's numbers start (a number quoted from prose has ``table: null`` and ``section``).
 The table dicts keep only the values (``rows``: row key -> list); the provenance is
-``row_source(table_id, row)``. tests/test_paper_results.py checks every row against its line.
+``row_source(table_id, row)``. tests/pipeline/reporting/test_paper_results.py checks every row against its line.
 
 Row keys: a mechanism key of this project (``MECHANISM_KEYS`` = the keys of ``models.MECHANISMS``)
 when the row is the paper's own run of the architecture the project builds under that key (CopyNet's

@@ -20,7 +20,7 @@ CPUs only; on an AMD CPU it runs its own default path, whose ``exp``/``log`` (VM
 than the AVX2 branch on an Intel CPU (measured with ``benchmarks/bench_math_pins.py``, which also
 simulates an Intel CPU on an AMD one). ``COMPATIBLE`` gives the same bits on both.
 
-What is promised, and tested (``tests/test_math_pins.py``, which trains in processes that see other
+What is promised, and tested (``tests/pipeline/runtime/test_math_pins.py``, which trains in processes that see other
 instruction sets and another CPU vendor): the same bits on every x86-64 CPU with AVX2, for the same
 code, the same pinned library versions (requirements-lock.txt) and the same thread count. Not
 promised: other architectures (ARM: other libraries), GPUs (other kernels; deterministic there means
