@@ -18,15 +18,7 @@ from torch import nn
 
 from models.config import ModelConfig
 from models.extended import NEG
-from models.seq2seq import (
-    Mechanism,
-    OutputLayer,
-    Scores,
-    Seq2Seq,
-    State,
-    at_least_fp32,
-    shared_softmax,
-)
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 
 
 class CopyNetOutput(OutputLayer):

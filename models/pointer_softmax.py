@@ -64,15 +64,7 @@ from torch import nn
 
 from models.config import ModelConfig, parse_options
 from models.extended import NEG, gold_log_probs, pad_extended
-from models.seq2seq import (
-    Mechanism,
-    OutputLayer,
-    Scores,
-    Seq2Seq,
-    State,
-    at_least_fp32,
-    gather_last,
-)
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
 from models.specials import PAD, SPECIALS, UNK
 
 SWITCHES = ("mlp", "noisy_residual")

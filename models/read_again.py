@@ -56,15 +56,7 @@ from models.attention import BahdanauAttention
 from models.config import ModelConfig, parse_options
 from models.extended import NEG
 from models.rnn import run_rnn
-from models.seq2seq import (
-    Mechanism,
-    OutputLayer,
-    Scores,
-    Seq2Seq,
-    State,
-    at_least_fp32,
-    shared_softmax,
-)
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 from models.specials import PAD, SPECIALS, UNK
 
 CELLS = ("gru", "lstm")

@@ -210,6 +210,7 @@ def summary(corpus: str, manifests: dict) -> str:
     for split, m in manifests.items():
         reasons = ", ".join(f"{r} {n}" for r, n in m["quarantine_reasons"].items())
         lines.append(
-            f"{corpus}/{split}: {m['rows']} rows, {m['rows_quarantined']} quarantined" + (f" ({reasons})" if reasons else "")
+            f"{corpus}/{split}: {m['rows']} rows, {m['rows_quarantined']} quarantined"
+            + (f" ({reasons})" if reasons else "")
         )
     return "\n".join(lines)

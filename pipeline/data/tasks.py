@@ -26,8 +26,6 @@ from pipeline.data.prepare import raw_input_paths
 from pipeline.io.files import write_text_atomic
 
 
-
-
 def _exists(path: Path) -> bool:
     return path.exists() or bool(glob.glob(str(path)))
 

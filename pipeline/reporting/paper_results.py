@@ -207,6 +207,7 @@ READ_AGAIN_TABLE3_DECODER_SIZE = PAPER_TABLES["read_again_table3_decoder_size"]
 READ_AGAIN_TABLE4_ENCODER_SIZE = PAPER_TABLES["read_again_table4_encoder_size"]
 READ_AGAIN_TABLE5_DECODE_TIME = PAPER_TABLES["read_again_table5_decode_time"]
 
+
 def published_systems(table: dict) -> list[str]:
     """Row keys of systems that are not mechanisms of this project (printed as published rows only)."""
     return [row for row in table["rows"] if row not in MECHANISM_KEYS]

@@ -14,18 +14,7 @@ import torch
 import models
 from models import registry
 from models.registry import model_config
-from tests.helpers import (
-    check_beam_equals_brute_force,
-    check_checkpoint_round_trip,
-    check_distributions,
-    check_gradients,
-    check_greedy_equals_beam_one,
-    check_two_phase,
-    contract_batch,
-    contract_cases,
-    contract_model,
-    search_model,
-)
+from tests import helpers as contract  # the contract every mechanism meets (tests/models/test_contract.py)
 
 # Step 1 of docs/extending.md, "Adding a mechanism": the module a newcomer writes.
 TOY_MODULE = textwrap.dedent('''
@@ -89,7 +78,7 @@ def toy_registered(tmp_path, monkeypatch):
 def test_a_new_mechanism_module_is_all_it_takes(toy_registered, tmp_path):
     assert registry.DISPLAY_NAMES["toy_pointer"] == "Toy pointer"
     assert {"copynet", "wean", "luong"} <= set(registry.MECHANISMS)  # the others are still there
-    assert [(name, variant) for name, _, variant in contract_cases() if name == "toy_pointer"] == [
+    assert [(name, variant) for name, _, variant in contract.contract_cases() if name == "toy_pointer"] == [
         ("toy_pointer", {}),
         ("toy_pointer", {"copy_weight": 0.3}),
     ]
@@ -99,23 +88,30 @@ def test_a_new_mechanism_module_is_all_it_takes(toy_registered, tmp_path):
     assert cfg.options == {"copy_weight": 0.3}
     with pytest.raises(ValueError, match=r"model\.toy_pointer: unknown settings \['copy_wieght'\]"):
         model_config({"toy_pointer": {"copy_wieght": 0.3}}, "copynet", src_vocab=9, tgt_vocab=8)
-    model = contract_model("toy_pointer", {"copy_weight": 0.3}, torch.device("cpu"))
+    model = contract.contract_model("toy_pointer", {"copy_weight": 0.3}, torch.device("cpu"))
     assert model.output.log_copy == pytest.approx(torch.tensor(0.3).log().item())
 
 
 @pytest.mark.parametrize("variant", [{}, {"copy_weight": 0.3}])
 def test_the_new_mechanism_meets_the_contract(toy_registered, tmp_path, variant):
     cpu = torch.device("cpu")
-    check_distributions(contract_model("toy_pointer", variant, cpu), contract_batch(False, cpu))
-    for objective in (False, True):
-        check_two_phase(contract_model("toy_pointer", variant, cpu), contract_batch(False, cpu), objective)
-    check_gradients(
-        contract_model("toy_pointer", variant, cpu, dtype=torch.float32, scale=2.0), contract_batch(False, cpu)
+    contract.check_distributions(
+        contract.contract_model("toy_pointer", variant, cpu), contract.contract_batch(False, cpu)
     )
-    model = contract_model("toy_pointer", variant, cpu, dtype=torch.float32)
-    check_checkpoint_round_trip(model, "toy_pointer", contract_batch(False, cpu), tmp_path / "model.pt")
-    check_beam_equals_brute_force(search_model("toy_pointer", cpu), cpu)
-    check_greedy_equals_beam_one(
-        contract_model("toy_pointer", variant, cpu, dtype=torch.float32, seed=2, scale=3.0),
-        contract_batch(False, cpu, targets=False),
+    for objective in (False, True):
+        contract.check_two_phase(
+            contract.contract_model("toy_pointer", variant, cpu), contract.contract_batch(False, cpu), objective
+        )
+    contract.check_gradients(
+        contract.contract_model("toy_pointer", variant, cpu, dtype=torch.float32, scale=2.0),
+        contract.contract_batch(False, cpu),
+    )
+    model = contract.contract_model("toy_pointer", variant, cpu, dtype=torch.float32)
+    contract.check_checkpoint_round_trip(
+        model, "toy_pointer", contract.contract_batch(False, cpu), tmp_path / "model.pt"
+    )
+    contract.check_beam_equals_brute_force(contract.search_model("toy_pointer", cpu), cpu)
+    contract.check_greedy_equals_beam_one(
+        contract.contract_model("toy_pointer", variant, cpu, dtype=torch.float32, seed=2, scale=3.0),
+        contract.contract_batch(False, cpu, targets=False),
     )

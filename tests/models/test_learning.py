@@ -3,7 +3,8 @@
 Task (in the spirit of CopyNet 5.1): ``a X b -> b X`` where X is 2-6 symbols. Training fillers come
 from 50 symbols of the vocabulary (and, 10% of the time, from 20 rare out-of-vocabulary symbols);
 test fillers from 30 other symbols that are in no vocabulary (OOV for encoder and decoder) and
-never occur in training, so the only way to produce them is the copy mode.
+never occur in training, so the only way to produce them is the copy mode (tests/helpers.py:
+``train_toy``, ``exact_match``; the toy task is benchmarks/toy.py).
 """
 
 from __future__ import annotations
@@ -12,50 +13,9 @@ import random
 import time
 
 import pytest
-import torch
 
-from models.config import ModelConfig
-from models.registry import build_model
-from pipeline.decoding.search import greedy
-from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
-from pipeline.vocab.extended import ext_ids_to_tokens
-from tests.helpers import TOY_SEEN, TOY_UNSEEN, toy_copy_batch, toy_copy_example, toy_copy_vocab
-
-SEEN, UNSEEN = TOY_SEEN, TOY_UNSEEN
-# Rare words in training (conftest's TOY_RARE): out of vocabulary like the test's unseen fillers, but a
-# different pool. As in real corpora (rare words -> <unk>), the encoder meets <unk> fillers in training,
-# so a copy mechanism learns to copy them by position; without them the <unk> embedding stays at its
-# random init and unseen-filler accuracy depends on the seed.
-RARE_RATE = 0.1
-VOCAB = toy_copy_vocab()
-STEPS, BATCH = 300, 32
-
-
-def train_toy(name: str, builder=build_model, **options):
-    """A small model of mechanism ``name`` trained on the toy task (seen fillers only)."""
-    random.seed(0)
-    torch.manual_seed(0)
-    rng = random.Random(f"train-{name}")
-    cfg = ModelConfig(src_vocab=len(VOCAB), tgt_vocab=len(VOCAB), emb=32, hidden=64, options=options)
-    model = builder(name, cfg) if builder is build_model else builder(cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(STEPS):
-        _, batch = toy_copy_batch(rng, SEEN, BATCH, RARE_RATE)
-        loss, _ = nll_loss(model, batch)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
-    return model.eval()
-
-
-def exact_match(model, pool: list[str], seed: int, n: int = 100) -> float:
-    data, batch = toy_copy_batch(random.Random(seed), pool, n)
-    hyps = greedy(model, batch, max_len=12)
-    hits = sum(ext_ids_to_tokens(h.ids, batch.oovs[i], VOCAB) == data[i][1] for i, h in enumerate(hyps))
-    return hits / n
+from tests.helpers import SEEN, UNSEEN, VOCAB, exact_match, toy_copy_example, train_toy
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ also pin down See's order: attention with the updated state s_t.
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -31,6 +30,7 @@ from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.helpers import (
     assert_step_distributions_normalised,
+    toy_copy_scores,
     toy_model,
 )
 
@@ -299,15 +299,7 @@ def test_the_coverage_weights_exist_only_with_coverage(coverage: bool) -> None:
 # Learning: copying fillers never seen in training
 # ---------------------------------------------------------------------------------------------
 def test_learns_to_copy_unseen_fillers() -> None:
-    from tests.helpers import SEEN, UNSEEN, exact_match, train_toy
-
-    t0 = time.perf_counter()
-    model = train_toy("pointer_generator", builder=build_pointer_generator)  # coverage on, lambda = 1
-    seen, unseen = exact_match(model, SEEN, seed=1), exact_match(model, UNSEEN, seed=2)
-    print(
-        f"pointer-generator: trained in {time.perf_counter() - t0:.1f}s; exact match seen {seen:.2f}, "
-        f"unseen {unseen:.2f}"
-    )
+    seen, unseen = toy_copy_scores("pointer-generator", "pointer_generator", build_pointer_generator)  # coverage on
     # Measured 1.00 / 0.85 (every miss is a 6-filler source whose copy stops one word early).
     # RNNSearch, which cannot copy, scores <= 0.05 on unseen fillers.
     assert seen >= 0.9

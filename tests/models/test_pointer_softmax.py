@@ -13,7 +13,6 @@ from the paper's formulas (z_t = 1: shortlist, z_t = 0: location, section 4):
 from __future__ import annotations
 
 import math
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -32,6 +31,7 @@ from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.helpers import (
     assert_step_distributions_normalised,
+    toy_copy_scores,
     toy_model,
 )
 
@@ -458,11 +458,8 @@ def test_greedy_with_decode_max_follows_the_papers_rule() -> None:
 def test_learns_to_copy_unseen_fillers() -> None:
     """Shortlist 5 (the specials and s0): every filler and "b" must be pointed at, as rare words
     are in the paper; at test time the fillers are OOV for encoder and decoder."""
-    from tests.helpers import SEEN, UNSEEN, exact_match, train_toy
-
-    t0 = time.perf_counter()
-    model = train_toy("pointer_softmax", builder=build_pointer_softmax, shortlist=5, temperature=2.0)
-    seen, unseen = exact_match(model, SEEN, seed=1), exact_match(model, UNSEEN, seed=2)
-    print(f"pointer softmax toy copy: seen {seen:.2f} unseen {unseen:.2f} in {time.perf_counter() - t0:.1f}s")
+    seen, unseen = toy_copy_scores(
+        "pointer softmax", "pointer_softmax", build_pointer_softmax, shortlist=5, temperature=2.0
+    )
     assert seen >= 0.9
     assert unseen >= 0.9

@@ -22,7 +22,6 @@ the paper's z_i = 1 - sigmoid(.) on torch's weights.
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -33,6 +32,7 @@ from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from tests.helpers import (
     assert_step_distributions_normalised,
+    toy_copy_scores,
     toy_model,
 )
 
@@ -393,13 +393,6 @@ def test_oov_embedding_path_eq_15() -> None:
 
 
 def test_learns_to_copy_unseen_fillers() -> None:
-    from tests.helpers import SEEN, UNSEEN, exact_match, train_toy
-
-    t0 = time.perf_counter()
-    model = train_toy("read_again", builder=build_read_again)  # defaults: LSTM read-again, single sentence
-    seen, unseen = exact_match(model, SEEN, seed=1), exact_match(model, UNSEEN, seed=2)
-    print(
-        f"read_again (lstm) trained in {time.perf_counter() - t0:.1f}s; exact match seen {seen:.2f} unseen {unseen:.2f}"
-    )
+    seen, unseen = toy_copy_scores("read_again (lstm)", "read_again", build_read_again)  # LSTM, single sentence
     assert seen >= 0.9
     assert unseen >= 0.9

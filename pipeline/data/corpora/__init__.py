@@ -13,9 +13,9 @@ import importlib
 import pkgutil
 from types import ModuleType
 
-# Modules of this package that readers use, not readers: shared writing, LDC SGML parsing, and
-# the raw-text dispatcher.
-NOT_READERS = frozenset({"common", "ldc_sgml", "raw_input"})
+# Modules of this package that readers use, not readers: shared writing, opening and checking raw
+# input, LDC SGML parsing, and the raw-text dispatcher.
+NOT_READERS = frozenset({"common", "inputs", "ldc_sgml", "raw_input"})
 
 
 def reader_names() -> list[str]:

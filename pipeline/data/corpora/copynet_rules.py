@@ -33,8 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.config.validation import dataclass_from_dict
-from pipeline.config.validation import check_numeric_config
+from pipeline.config.validation import check_numeric_config, dataclass_from_dict
 from pipeline.io.shards import ShardWriter, make_schema
 
 RULE_TYPES: tuple[str, ...] = ("x->0", "x->x", "x->xx", "xy->x", "xy->xy")

@@ -31,7 +31,7 @@ Bad input (the same rules serve the TurkCorpus, EW-SEW and PWKP readers, which i
 * a line that is not UTF-8: quarantined ``invalid_utf8`` (the other lines of the file still count);
 * a NUL character, a line over ``max_line_chars`` characters, a whitespace-separated token over
   ``max_token_chars`` characters: quarantined ``nul_byte`` / ``line_too_long`` / ``token_too_long``
-  (:class:`pipeline.data.corpora.common.TextLimits`);
+  (:class:`pipeline.data.corpora.inputs.TextLimits`);
 * an empty (or all-whitespace) line: quarantined ``empty_<role>`` (``empty_src``, ``empty_tgt`` ...);
 * a line over ``max_tokens`` tokens: quarantined ``<role>_too_long`` (a guard against absurd input,
   not a modelling length filter: the papers apply none);
@@ -61,22 +61,19 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.common import (
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
+from pipeline.data.corpora.inputs import (
     DEFAULT_LIMITS,
     MAX_LINE_CHARS,
     MAX_TOKEN_CHARS,
-    CorpusFormatError,
-    Quarantined,
-    SplitStats,
     TextLimits,
     open_input,
     resolve_input,
     row_name,
-    write_corpus,
 )
+from pipeline.data.text.ptb import tokenize
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
-from pipeline.data.text.ptb import tokenize
 
 SPLIT_NAMES = ("train", "valid", "test")
 VARIANTS = ("ori", "anon")
@@ -124,7 +121,7 @@ class Config:
 
 def require_files(paths: Iterable[Path], hint: str = "") -> None:
     """FileNotFoundError naming every missing file (checked before anything is written; a file
-    found gzipped, ``<name>.gz``, is there: :func:`pipeline.data.corpora.common.resolve_input`)."""
+    found gzipped, ``<name>.gz``, is there: :func:`pipeline.data.corpora.inputs.resolve_input`)."""
     missing = [str(p) for p in paths if not resolve_input(p).is_file()]
     if missing:
         raise FileNotFoundError(f"missing input file(s): {', '.join(missing)}" + (f"; {hint}" if hint else ""))
@@ -134,7 +131,7 @@ def iter_aligned(paths: Sequence[Path]) -> Iterator[tuple[int, list[bytes]]]:
     """``(line number, [raw line of each file])`` over line-aligned files, newline stripped.
 
     Files are read as bytes (decoding is per line, so one bad line is quarantined, not fatal), through
-    :func:`pipeline.data.corpora.common.open_input` (gzip too); a last line without its newline counts.
+    :func:`pipeline.data.corpora.inputs.open_input` (gzip too); a last line without its newline counts.
     Different line counts raise ``CorpusFormatError`` at the first line one file lacks, naming both
     files.
     """

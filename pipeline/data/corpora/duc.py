@@ -52,18 +52,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.common import (
-    MAX_LINE_CHARS,
-    MAX_TOKEN_CHARS,
-    CorpusFormatError,
-    Quarantined,
-    SplitStats,
-    TextLimits,
-    read_input,
-    row_name,
-    write_corpus,
-)
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
 from pipeline.data.corpora.gigaword import headline_tokens, lead_tokens, rush_tokenizer, title_tokens
+from pipeline.data.corpora.inputs import MAX_LINE_CHARS, MAX_TOKEN_CHARS, TextLimits, read_input, row_name
 from pipeline.data.corpora.ldc_sgml import DocBlock, check_block, iter_doc_blocks, parse_doc
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema

@@ -74,7 +74,7 @@ Filter rules (quarantine reasons; every raw pair ends in a shard or in ``quarant
     * ``invalid_utf8``: a line that is not UTF-8 (``where`` names that side's file and line);
     * ``nul_byte`` / ``line_too_long`` / ``token_too_long``: a line with a NUL character, over
       ``max_line_chars`` characters, or with a whitespace-separated token over ``max_token_chars``
-      characters (:class:`pipeline.data.corpora.common.TextLimits`; a guard against absurd input,
+      characters (:class:`pipeline.data.corpora.inputs.TextLimits`; a guard against absurd input,
       checked before tokenising; all splits);
     * ``empty_src`` / ``empty_tgt``: a line with no token (Europarl has such lines: 6 empty French
       lines in its first 3,000);
@@ -120,20 +120,11 @@ import pyarrow as pa
 from sacremoses import MosesTokenizer
 
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.common import (
-    MAX_TOKEN_CHARS,
-    CorpusFormatError,
-    Quarantined,
-    SplitStats,
-    TextLimits,
-    open_input,
-    pair_key,
-    resolve_input,
-    write_corpus,
-)
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined, SplitStats, pair_key, write_corpus
+from pipeline.data.corpora.inputs import MAX_TOKEN_CHARS, TextLimits, open_input, resolve_input
+from pipeline.io.files import sha256_file
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
-from pipeline.io.files import sha256_file
 from pipeline.vocab.vocabulary import SPECIALS, build_vocab
 
 SCHEMA: pa.Schema = make_schema(

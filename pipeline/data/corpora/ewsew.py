@@ -65,16 +65,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.common import (
-    DEFAULT_LIMITS,
-    MAX_LINE_CHARS,
-    MAX_TOKEN_CHARS,
-    Quarantined,
-    SplitStats,
-    TextLimits,
-    row_name,
-    write_corpus,
-)
+from pipeline.data.corpora.common import Quarantined, SplitStats, write_corpus
 from pipeline.data.corpora.dress import (
     ChunkResult,
     decode_fields,
@@ -85,15 +76,16 @@ from pipeline.data.corpora.dress import (
     stream_items,
     tokenise_fields,
 )
+from pipeline.data.corpora.inputs import DEFAULT_LIMITS, MAX_LINE_CHARS, MAX_TOKEN_CHARS, TextLimits, row_name
 from pipeline.data.corpora.turkcorpus import PARTS, part_paths, turk_normalise, turk_stream, turk_tokenizer
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
-from pipeline.data.text.ptb import tokenize
 
 TRAIN_SOURCES = ("hwang", "kauchak")
 KAUCHAK_LAYOUTS = ("v2", "plain")
 
 SCHEMA: pa.Schema = make_schema([pa.field("origin", pa.string()), pa.field("score", pa.float64())])
+
 
 @dataclass(frozen=True)
 class Config:

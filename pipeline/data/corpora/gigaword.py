@@ -45,7 +45,7 @@ word counts.
 Structural record rules (every split, before the filters): ``nul_byte`` / ``line_too_long`` /
 ``token_too_long`` (a line of the document holds a NUL character, more than ``max_line_chars``
 characters, or a token over ``max_token_chars``: quarantined at that line, see
-:class:`pipeline.data.corpora.common.TextLimits`), ``non_story`` (a Gigaword ``type`` not
+:class:`pipeline.data.corpora.inputs.TextLimits`), ``non_story`` (a Gigaword ``type`` not
 in ``story_types``; TREC documents have no type and count as stories), ``no_doc_id``,
 ``no_headline`` (none, or nothing left after tokenising), ``no_text``, ``src_too_long`` (more than
 ``max_tokens`` lead tokens: absurd input), ``empty_headline`` (nothing left once ``TITLE_PUNCT`` is
@@ -104,25 +104,27 @@ import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.common import (
-    MAX_LINE_CHARS,
-    MAX_TOKEN_CHARS,
     CorpusFormatError,
     Quarantined,
     SplitStats,
-    TextLimits,
-    count_lines,
-    open_input,
     read_spill,
-    row_name,
     spill_by_split,
     write_corpus,
 )
+from pipeline.data.corpora.inputs import (
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
+    TextLimits,
+    count_lines,
+    open_input,
+    row_name,
+)
 from pipeline.data.corpora.ldc_sgml import Doc, DocBlock, check_block, iter_doc_blocks, parse_doc
-from pipeline.io.parallel import chunked, serial_map
-from pipeline.io.shards import make_schema
 from pipeline.data.text.normalize import normalize_unk, rush_normalize
 from pipeline.data.text.ptb import first_sentence_end, tokenize
 from pipeline.data.text.unk import keep_vocab, unk_replace
+from pipeline.io.parallel import chunked, serial_map
+from pipeline.io.shards import make_schema
 
 SPLIT_NAMES = ("train", "valid", "test")
 FORMATS = ("rush", "sgml")

@@ -98,16 +98,13 @@ from pipeline.data.corpora.common import (
     CorpusFormatError,
     Quarantined,
     SplitStats,
-    TextLimits,
     read_spill,
-    row_name,
     spill_by_split,
     write_corpus,
 )
 from pipeline.data.corpora.dress import decode_fields, iter_aligned, require_files
+from pipeline.data.corpora.inputs import TextLimits, row_name
 from pipeline.data.corpora.ldc_sgml import Doc, DocBlock, check_block, parse_doc
-from pipeline.io.parallel import chunked, serial_map
-from pipeline.io.shards import QUARANTINE_NAME, make_schema, read_split
 from pipeline.data.text.entities import (
     DEFAULT_SPACY_MODEL,
     NAMED_ENTITY_LABELS,
@@ -131,6 +128,8 @@ from pipeline.data.text.pointers import (
     unk_pointers,
 )
 from pipeline.data.text.ptb import tokenize
+from pipeline.io.parallel import chunked, serial_map
+from pipeline.io.shards import QUARANTINE_NAME, make_schema, read_split
 
 MODES = ("unk", "entity")
 SPLIT_NAMES = gigaword.SPLIT_NAMES

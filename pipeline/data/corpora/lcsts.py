@@ -97,20 +97,15 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.common import (
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined, SplitStats, write_corpus
+from pipeline.data.corpora.inputs import (
     DEFAULT_LIMITS,
     MAX_LINE_CHARS,
     MAX_TOKEN_CHARS,
-    CorpusFormatError,
-    Quarantined,
-    SplitStats,
     TextLimits,
     open_input,
     row_name,
-    write_corpus,
 )
-from pipeline.io.parallel import ProcessMap, chunked, serial_map
-from pipeline.io.shards import make_schema
 from pipeline.data.text.segment import (
     Segmenter,
     char_chunk,
@@ -119,6 +114,8 @@ from pipeline.data.text.segment import (
     jieba_chunk,
     jieba_version,
 )
+from pipeline.io.parallel import ProcessMap, chunked, serial_map
+from pipeline.io.shards import make_schema
 
 VIEWS = ("char", "word")
 ELEMENTS = ("summary", "short_text")

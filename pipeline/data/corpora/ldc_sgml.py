@@ -20,8 +20,8 @@ Malformed files raise ``CorpusFormatError`` at ``file:line``: an unclosed or str
 (16 MiB: a missing ``</DOC>``), a file without any ``<DOC>``, a truncated or corrupt ``.gz``. A
 document whose bytes do not decode raises ``UnicodeDecodeError`` from :func:`parse_doc` (readers
 quarantine it); :func:`check_block` finds a document's NUL characters, over-long lines and tokens
-(``pipeline.data.corpora.common.TextLimits``) at their own line, for readers to quarantine. Files are
-opened by :func:`pipeline.data.corpora.common.open_input` (gzip by name or magic bytes); CRLF line ends
+(``pipeline.data.corpora.inputs.TextLimits``) at their own line, for readers to quarantine. Files are
+opened by :func:`pipeline.data.corpora.inputs.open_input` (gzip by name or magic bytes); CRLF line ends
 read as LF.
 """
 
@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from pipeline.data.corpora.common import CorpusFormatError, GzipInput, Quarantined, TextLimits, open_input
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined
+from pipeline.data.corpora.inputs import GzipInput, TextLimits, open_input
 
 MAX_DOC_BYTES = 16 << 20  # a <DOC> larger than this is a missing </DOC>, not a document
 
@@ -66,7 +67,7 @@ _TRACKED_TAG = re.compile(rb"<(/?)(DOC|DOCNO|HEADLINE|HEAD|HL|TEXT|P)(?=[\s>])[^
 
 def open_binary(path: str | Path) -> IO[bytes] | GzipInput:
     """The file's bytes, gunzipped when it is gzip data (LDC ships Gigaword gzipped):
-    :func:`pipeline.data.corpora.common.open_input`."""
+    :func:`pipeline.data.corpora.inputs.open_input`."""
     return open_input(path)
 
 

@@ -62,17 +62,11 @@ import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.common import (
-    DEFAULT_LIMITS,
-    MAX_LINE_CHARS,
-    MAX_TOKEN_CHARS,
     CorpusFormatError,
     EmptySplitError,
     Quarantined,
     SplitStats,
-    TextLimits,
-    open_input,
     pair_key,
-    row_name,
     write_corpus,
 )
 from pipeline.data.corpora.dress import (
@@ -87,6 +81,14 @@ from pipeline.data.corpora.dress import (
     tokenise_fields,
 )
 from pipeline.data.corpora.dress import ChunkSpec as DressSpec
+from pipeline.data.corpora.inputs import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
+    TextLimits,
+    open_input,
+    row_name,
+)
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
 

@@ -41,8 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipeline.config.validation import dataclass_from_dict
-from pipeline.config.validation import check_numeric_config
+from pipeline.config.validation import check_numeric_config, dataclass_from_dict
 from pipeline.io.shards import ShardWriter, make_schema
 from pipeline.vocab.vocabulary import SPECIALS, Vocab
 

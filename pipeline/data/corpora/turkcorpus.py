@@ -39,17 +39,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.common import (
-    DEFAULT_LIMITS,
-    MAX_LINE_CHARS,
-    MAX_TOKEN_CHARS,
-    Quarantined,
-    SplitStats,
-    TextLimits,
-    resolve_input,
-    row_name,
-    write_corpus,
-)
+from pipeline.data.corpora.common import Quarantined, SplitStats, write_corpus
 from pipeline.data.corpora.dress import (
     ChunkResult,
     decode_fields,
@@ -58,9 +48,17 @@ from pipeline.data.corpora.dress import (
     require_files,
     stream_items,
 )
+from pipeline.data.corpora.inputs import (
+    DEFAULT_LIMITS,
+    MAX_LINE_CHARS,
+    MAX_TOKEN_CHARS,
+    TextLimits,
+    resolve_input,
+    row_name,
+)
+from pipeline.data.text.ptb import tokenize
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
-from pipeline.data.text.ptb import tokenize
 
 PARTS = {"valid": "tune", "test": "test"}  # our split name -> TurkCorpus file part
 

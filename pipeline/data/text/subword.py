@@ -37,9 +37,9 @@ from pathlib import Path
 import pyarrow as pa
 import sentencepiece as spm
 
+from pipeline.io.files import atomic_path, sha256_file, write_text_atomic
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import BASE_SCHEMA_FIELDS, QUARANTINE_NAME, ShardWriter, read_manifest, read_split
-from pipeline.io.files import atomic_path, sha256_file, write_text_atomic
 
 META = "\u2581"  # SentencePiece's whitespace symbol
 MODEL_TYPES = ("unigram", "bpe", "char", "word")

@@ -7,19 +7,8 @@ import os
 
 import pytest
 
-from pipeline.data.corpora.common import (
-    CorpusFormatError,
-    EmptySplitError,
-    Quarantined,
-    SplitStats,
-    TextLimits,
-    count_lines,
-    open_input,
-    read_input,
-    resolve_input,
-    row_name,
-    write_corpus,
-)
+from pipeline.data.corpora.common import CorpusFormatError, EmptySplitError, Quarantined, SplitStats, write_corpus
+from pipeline.data.corpora.inputs import TextLimits, count_lines, open_input, read_input, resolve_input, row_name
 from pipeline.io.parallel import ProcessMap, chunked, serial_map
 from pipeline.io.shards import make_schema, read_split
 from tests.helpers import quarantine, shard_row

@@ -35,8 +35,7 @@ import pytest
 
 from pipeline.data.corpora import dress, duc, europarl, ewsew, gigaword, gigaword_pointers, lcsts, pwkp, turkcorpus
 from pipeline.data.corpora.common import CorpusFormatError
-from tests.helpers import quarantine, split_rows, FIXTURES
-from tests.helpers import StubTagger
+from tests.helpers import FIXTURES, StubTagger, quarantine, split_rows
 
 FIX = FIXTURES
 FIVE_MB = 5 * 1024 * 1024

@@ -11,7 +11,7 @@ from pipeline.data.corpora import lcsts
 from pipeline.data.corpora.common import CorpusFormatError
 from pipeline.io.parallel import ProcessMap
 from pipeline.io.shards import read_split
-from tests.helpers import quarantine, shared_path, FIXTURES
+from tests.helpers import FIXTURES, quarantine, shared_path
 
 FIX = FIXTURES / "lcsts"
 

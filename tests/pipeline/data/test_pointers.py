@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -28,8 +27,7 @@ from pipeline.data.text.pointers import (
     unk_pointers,
 )
 from tests.helpers import FIXTURES as FIXTURES_ROOT
-from tests.helpers import quarantine, rows_by_id, shared_path
-from tests.helpers import StubTagger
+from tests.helpers import StubTagger, quarantine, rows_by_id, shared_path
 
 T, F = True, False
 
@@ -296,11 +294,16 @@ def test_config_checks():
     assert gp.SCHEMA.field("tgt_switch").type == pa.list_(pa.bool_())
 
 
-def test_sgml_unk_pointers_hand_computed(tmp_path):
-    manifests = gp.write_splits(_sgml_cfg("unk", unk_min_count=2), tmp_path)
+def _sgml_train(tmp_path, mode: str, tagger=None, **settings):
+    """The SGML fixture written in ``mode``: its manifests and train rows by id (2 train rows, 1 test)."""
+    manifests = gp.write_splits(_sgml_cfg(mode, **settings), tmp_path, **({"tagger": tagger} if tagger else {}))
     assert {s: m["rows"] for s, m in manifests.items()} == {"train": 2, "valid": 0, "test": 1}
+    return manifests, rows_by_id(tmp_path / "train")
+
+
+def test_sgml_unk_pointers_hand_computed(tmp_path):
+    manifests, rows = _sgml_train(tmp_path, "unk", unk_min_count=2)
     assert manifests["train"]["quarantine_reasons"] == {"bad_headline_word": 1, "non_story": 1}
-    rows = rows_by_id(tmp_path / "train")
     # Train counts (>= 2): source {acer chairman stan shih in taipei on the 's .}, target {in}.
     acer = rows["CNA_ENG_19971001.0002"]
     assert (
@@ -354,9 +357,7 @@ def test_sgml_unk_pointers_hand_computed(tmp_path):
 
 
 def test_sgml_entity_pointers_with_stub_tagger(tmp_path):
-    manifests = gp.write_splits(_sgml_cfg("entity"), tmp_path, tagger=StubTagger())
-    assert {s: m["rows"] for s, m in manifests.items()} == {"train": 2, "valid": 0, "test": 1}
-    rows = rows_by_id(tmp_path / "train")
+    manifests, rows = _sgml_train(tmp_path, "entity", tagger=StubTagger())
     acer = rows["CNA_ENG_19971001.0002"]
     # The all-caps headline was recased from the body ("Acer posts record profits in Taiwan").
     assert (

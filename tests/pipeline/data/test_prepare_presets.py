@@ -10,6 +10,26 @@ from tests.helpers import REPO, shared_path
 pytestmark = pytest.mark.slow
 
 # preset -> (raw input under ../shared/data, expected rows per split, expected quarantine reasons per split)
+RAW_CNA_SAMPLE = (  # the same raw sample read as gigaword (sgml) and as gigaword_unk_pointers: the same counts
+    "gigaword_raw_cna_sample",
+    {"train": 1045, "valid": 56, "test": 67},
+    {
+        "train": {
+            "non_story": 257,
+            "bad_headline_word": 343,
+            "no_overlap": 27,
+            "tgt_length": 19,
+            "src_length": 3,
+            "no_period": 2,
+            "duplicate_pair": 5,
+            "src_in_test": 2,
+            "src_in_valid": 2,
+        },
+        "valid": {"bad_headline_word": 20, "non_story": 18},
+        "test": {"non_story": 14},
+    },
+)
+
 PRESETS = {
     "wikismall": ("pwkp_wikismall", {"valid": 205, "test": 100}, {}),
     "wikilarge": ("wikilarge_zhang_lapata", {"valid": 992, "test": 359}, {}),
@@ -30,44 +50,8 @@ PRESETS = {
         {"train": {"longer_than_max_len": 463, "duplicate_pair": 19, "empty_tgt": 6}},
     ),
     "gigaword": ("", {"train": 20213, "test": 1451, "valid": 587}, {"train": {}}),  # gigaword_train_20k is deduplicated
-    "gigaword_raw": (
-        "gigaword_raw_cna_sample",
-        {"train": 1045, "valid": 56, "test": 67},
-        {
-            "train": {
-                "non_story": 257,
-                "bad_headline_word": 343,
-                "no_overlap": 27,
-                "tgt_length": 19,
-                "src_length": 3,
-                "no_period": 2,
-                "duplicate_pair": 5,
-                "src_in_test": 2,
-                "src_in_valid": 2,
-            },
-            "valid": {"bad_headline_word": 20, "non_story": 18},
-            "test": {"non_story": 14},
-        },
-    ),
-    "gigaword_unk_pointers": (
-        "gigaword_raw_cna_sample",
-        {"train": 1045, "valid": 56, "test": 67},
-        {
-            "train": {
-                "non_story": 257,
-                "bad_headline_word": 343,
-                "no_overlap": 27,
-                "tgt_length": 19,
-                "src_length": 3,
-                "no_period": 2,
-                "duplicate_pair": 5,
-                "src_in_test": 2,
-                "src_in_valid": 2,
-            },
-            "valid": {"bad_headline_word": 20, "non_story": 18},
-            "test": {"non_story": 14},
-        },
-    ),
+    "gigaword_raw": RAW_CNA_SAMPLE,
+    "gigaword_unk_pointers": RAW_CNA_SAMPLE,
     "duc2003": ("duc2003_task1/duc2003", {"test": 587}, {}),
     "ewsew": (
         "",

@@ -14,7 +14,7 @@ import pytest
 from pipeline.data.corpora import dress, ewsew, pwkp, turkcorpus
 from pipeline.data.corpora.common import CorpusFormatError, Quarantined
 from pipeline.io.parallel import ProcessMap
-from tests.helpers import quarantine, shared_path, split_rows, FIXTURES
+from tests.helpers import FIXTURES, quarantine, shared_path, split_rows
 
 FIX = FIXTURES / "simplification"
 WIKISMALL = "PWKP_108016.tag.80.aner"
