@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.ipc  # noqa: E402
 
-from pipeline.parallel import ProcessMap, serial_map  # noqa: E402
+from pipeline.io.parallel import ProcessMap, serial_map  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 FIXTURES = REPO / "tests" / "fixtures"
@@ -63,7 +62,7 @@ def rush_inputs(work: Path, pairs: int) -> tuple[Path, Path]:
 
 
 def rush_ours(art: Path, tit: Path, out: Path) -> dict:
-    from pipeline.corpora import gigaword
+    from pipeline.data.corpora import gigaword
 
     cfg = gigaword.Config(format="rush", train_src_file=str(art), train_tgt_file=str(tit))
     return gigaword.write_splits(cfg, out)
@@ -71,7 +70,7 @@ def rush_ours(art: Path, tit: Path, out: Path) -> dict:
 
 def rush_plain_loop(art: Path, tit: Path, out: Path) -> int:
     """The same work, naively: read both files, split tokens, map UNK, build rows, write Arrow."""
-    from pipeline.shards import make_schema
+    from pipeline.io.shards import make_schema
 
     schema = make_schema()
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +101,7 @@ def rush_plain_loop(art: Path, tit: Path, out: Path) -> int:
 
 
 def sgml_config(work: Path, copies: int):
-    from pipeline.corpora import gigaword
+    from pipeline.data.corpora import gigaword
 
     base = SHARED / "gigaword_raw_cna_sample"
     files = (
@@ -120,7 +119,7 @@ def sgml_config(work: Path, copies: int):
 
 
 def lcsts_config(work: Path, view: str, pairs: int):
-    from pipeline.corpora import lcsts
+    from pipeline.data.corpora import lcsts
 
     base = SHARED / "lcsts_clge_subset" / "train.tsv"
     if not base.exists():
@@ -132,7 +131,7 @@ def lcsts_config(work: Path, view: str, pairs: int):
 
 
 def dress_config(work: Path, pairs: int):
-    from pipeline.corpora import dress
+    from pipeline.data.corpora import dress
 
     base = SHARED / "wikilarge_zhang_lapata"
     if not base.exists():
@@ -193,7 +192,7 @@ def jieba_vs_ours(work: Path, pairs: int, workers: int) -> dict:
 
 def peak_rss_mb(pairs: int) -> float:
     code = (
-        f"import sys, resource, tempfile; from pathlib import Path; sys.path.insert(0, {str(REPO)!r});"
+        f"import sys, resource, tempfile; from pathlib import Path; "
         "from benchmarks.bench_corpora import rush_inputs, rush_ours;"
         f"w = Path(tempfile.mkdtemp()); a, t = rush_inputs(w, {pairs:d}); rush_ours(a, t, w / 'out');"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

@@ -8,7 +8,7 @@ is measured, so a run stopped early keeps what it measured; ``--deadline-s`` ski
            is CopyNet 5.1's, 512x512 the gigaword ``paper`` preset's) x precision (``--amp``: off =
            float32, bf16 = autocast as train.amp) x batching (``--batch`` sentences, and a token budget
            ``--max-tokens`` as train.max_tokens: padded source + target positions, batched by
-           pipeline.batching.token_batches). Two-phase teacher forcing (the training engine's); with
+           pipeline.vocab.batching.token_batches). Two-phase teacher forcing (the training engine's); with
            ``--stepwise``, the one-step-at-a-time reference too at the first size and batching.
            Figures: target tokens/s of forward + backward + clip + fused Adam step (as
            bench_training.py), ms per step, peak memory allocated on the device (weights, Adam
@@ -35,25 +35,20 @@ import copy
 import json
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_mechanisms import NoEarlyEos  # noqa: E402
-from bench_training import _sync, batches_for, train_steps  # noqa: E402
-from gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
-
-from models import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from benchmarks.bench_mechanisms import NoEarlyEos  # noqa: E402
+from benchmarks.bench_training import _sync, batches_for, train_steps  # noqa: E402
+from benchmarks.gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from pipeline.batching import token_batches  # noqa: E402
-from pipeline.search import beam_search, greedy  # noqa: E402
-from pipeline.train import autocast, resolve_device  # noqa: E402
+from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from pipeline.decoding.search import beam_search, greedy  # noqa: E402
+from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
+from pipeline.vocab.batching import token_batches  # noqa: E402
 
 SECTIONS = ("train", "compile", "decode")
 
@@ -141,7 +136,7 @@ def model_for(name: str, vocab: int, emb: int, hidden: int, seed: int) -> torch.
 
 def budget_batches(vocab_size: int, n: int, max_tokens: int, seed: int) -> tuple[int, list]:
     """n batches of the token budget: Gigaword-shaped rows have 31 + 10 padded positions, so
-    pipeline.batching.token_batches packs max_tokens // 41 sentences into each."""
+    pipeline.vocab.batching.token_batches packs max_tokens // 41 sentences into each."""
     lengths = np.full(4096, SRC_LEN), np.full(4096, TGT_LEN + 1)
     per_batch = len(token_batches(*lengths, batch_size=10**9, max_tokens=max_tokens, shuffle=False)[0])
     return per_batch, batches_for(vocab_size, n, per_batch, seed)[1]

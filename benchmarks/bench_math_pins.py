@@ -1,4 +1,4 @@
-"""Which CPU math pins make two machines compute the same bits: ``pipeline.math_check``'s fingerprints
+"""Which CPU math pins make two machines compute the same bits: ``pipeline.runtime.math_check``'s fingerprints
 (matrix products, exp/log, log_softmax, normal RNG, GRU, LSTM) in fresh processes that simulate other
 x86-64 machines on this one, under three pin levels.
 
@@ -11,7 +11,7 @@ Simulated machines (environment of the child process):
                         without one), so MKL takes its Intel code paths; on an Intel CPU: not simulated
   other vendor, AVX2    both
 Pin levels: none; ``avx2-branch`` (MKL_CBWR=AVX2,STRICT with the ATen/oneDNN pins: what MKL's own
-docs suggest, reproducible on Intel CPUs only); ``pinned`` (pipeline.math_pins.PINS: MKL's COMPATIBLE
+docs suggest, reproducible on Intel CPUs only); ``pinned`` (pipeline.runtime.math_pins.PINS: MKL's COMPATIBLE
 branch). A level gives the same bits everywhere iff its column holds one fingerprint set.
 
     .venv/bin/python benchmarks/bench_math_pins.py          # ~30 s
@@ -30,9 +30,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from pipeline.math_pins import PINS, cpu_model  # noqa: E402
+from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
 
 SHIM_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
@@ -80,7 +79,7 @@ def fingerprints(machine_env: dict, level_env: dict, params: Path) -> dict[str, 
     env.update(machine_env)
     env.update(level_env)  # the pins win over the machine's own settings, as on a real machine
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.math_check", "--params", str(params)],
+        [sys.executable, "-m", "pipeline.runtime.math_check", "--params", str(params)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,6 +1,6 @@
 """Throughput of each mechanism in models.MECHANISMS (each with its own default options): training and decoding.
 
-Synthetic batches shaped like the CopyNet rule data (pipeline.corpora.copynet_rules with a small
+Synthetic batches shaped like the CopyNet rule data (pipeline.data.corpora.copynet_rules with a small
 RulesConfig and its 1,000-symbol alphabet). For every mechanism, a fresh model is trained for
 ``--steps`` timed Adam steps (after ``--warmup`` untimed ones), then ``--decode-examples`` examples
 are decoded with greedy search, batched beam search, and beam search one example at a time.
@@ -24,15 +24,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-
-from models import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.extended import NEG  # noqa: E402
-from pipeline.batching import collate  # noqa: E402
-from pipeline.search import beam_search, greedy  # noqa: E402
-from pipeline.train import autocast, nll_loss, resolve_device  # noqa: E402
-from pipeline.vocab import EOS, SPECIALS, Vocab  # noqa: E402
+from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples, regular_symbol  # noqa: E402
+from pipeline.decoding.search import beam_search, greedy  # noqa: E402
+from pipeline.runtime.device import autocast, resolve_device
+from pipeline.training.loop import nll_loss  # noqa: E402
+from pipeline.vocab.batching import collate  # noqa: E402
+from pipeline.vocab.vocabulary import EOS, SPECIALS, Vocab  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -76,12 +76,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------
 def rule_data(seed: int) -> tuple[list[tuple[list[str], list[str]]], list[tuple[list[str], list[str]]], Vocab]:
     """Training pairs and decoding pairs (half in-vocabulary test, half unseen-filler test)."""
-    from pipeline.corpora.copynet_rules import (
-        RulesConfig,
-        generate_examples,
-        regular_symbol,
-    )
-
     cfg = RulesConfig(n_rules=60, instances_per_rule=40, vocab_size=1000, unseen_per_rule=8, seed=seed)
     ex = generate_examples(cfg)
     pairs = lambda split: [(r["src"], r["tgt"]) for r in ex[split]]

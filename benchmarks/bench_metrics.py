@@ -1,4 +1,4 @@
-"""Summaries per second: pipeline.rouge (ROUGE-1.5.5 port) vs rouge-score, 2,000 headline pairs, one process.
+"""Summaries per second: pipeline.metrics.rouge (ROUGE-1.5.5 port) vs rouge-score, 2,000 headline pairs, one process.
 
 Run: ``python benchmarks/bench_metrics.py``. Both score ROUGE-1/2/L with stemming on one
 reference; the pairs are random headline-length strings from a fixed vocabulary (seed 0).
@@ -11,7 +11,7 @@ import time
 
 from rouge_score import rouge_scorer
 
-from pipeline.rouge import rouge
+from pipeline.metrics.rouge import rouge
 
 
 def _pairs(n: int, seed: int = 0) -> tuple[list[str], list[list[str]]]:
@@ -35,7 +35,7 @@ def main(n: int = 2000) -> None:
     t_rs = time.perf_counter() - t0
     r1_rs = 100 * sum(s["rouge1"].fmeasure for s in theirs) / n
     print(f"{n} pairs, ROUGE-1/2/L with stemming")
-    print(f"pipeline.rouge : {n / t_ours:9.0f} summaries/s   R-1 F {ours['rouge1']['f']:.3f}")
+    print(f"pipeline.metrics.rouge : {n / t_ours:9.0f} summaries/s   R-1 F {ours['rouge1']['f']:.3f}")
     print(f"rouge-score    : {n / t_rs:9.0f} summaries/s   R-1 F {r1_rs:.3f}")
     print(f"speed ratio ours / rouge-score: {t_rs / t_ours:.2f}")
 

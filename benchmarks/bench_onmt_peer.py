@@ -119,9 +119,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gigaword_shaped import sample_pairs, words  # noqa: E402
+from benchmarks.gigaword_shaped import sample_pairs, words  # noqa: E402
 
 ONMT_VERSION = "3.5.1"
 SPECIALS = 4  # OpenNMT's default_specials: <unk> <blank> <s> </s>

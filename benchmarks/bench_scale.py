@@ -4,9 +4,9 @@ pairs/s of every stage and its peak resident memory, which must stay flat in the
 For each size N (default 400,000 and 4,000,000 pairs):
   generate   benchmarks/gigaword_shaped.py writes train.article.txt / train.title.txt (N pairs) and a
              2,000-pair valid split in the Rush release's format (Zipfian 50,000 words)
-  prepare    pipeline.corpora.gigaword.write_splits, format rush (the prepare stage's reader)
+  prepare    pipeline.data.corpora.gigaword.write_splits, format rush (the prepare stage's reader)
   vocab      the vocab stage: token counts part by part, the vocabularies, the id-encoded splits
-  train      pipeline.train.train on the encoded splits: --steps optimizer steps of --mechanism
+  train      pipeline.training.loop.train on the encoded splits: --steps optimizer steps of --mechanism
              (emb 150 / hidden 300, batch 64, target vocabulary = every corpus word), then validation
 Each stage runs in a fresh child process; its peak RSS is the child's ru_maxrss (os.wait4).
 
@@ -27,17 +27,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 # --------------------------------------------------------------------------- #
-# Stages (run in a child process: ``bench_scale.py stage <name> <work dir> ...``)
+# Stages (run in a child process: ``bench_scale.py stage <name> <work dir> ...``). Each imports what
+# it runs inside its function, not at the top: the child's peak RSS then counts what its stage
+# loads, not torch and the models for the prepare stage.
 # --------------------------------------------------------------------------- #
 
 
 def stage_generate(work: Path, pairs: int) -> dict:
-    from gigaword_shaped import write_rush
+    from benchmarks.gigaword_shaped import write_rush
 
     write_rush(work / "raw", pairs, seed=0, prefix="train")
     write_rush(work / "raw", 2000, seed=1, prefix="valid")
@@ -45,7 +45,7 @@ def stage_generate(work: Path, pairs: int) -> dict:
 
 
 def stage_prepare(work: Path) -> dict:
-    from pipeline.corpora import gigaword
+    from pipeline.data.corpora import gigaword
 
     raw = work / "raw"
     cfg = gigaword.Config(
@@ -63,9 +63,9 @@ def stage_prepare(work: Path) -> dict:
 
 
 def stage_vocab(work: Path) -> dict:
-    from pipeline.encoded import write_encoded_split
-    from pipeline.shards import read_manifest
-    from pipeline.vocab import build_vocab, count_split_tokens
+    from pipeline.io.shards import read_manifest
+    from pipeline.vocab.encoded import write_encoded_split
+    from pipeline.vocab.vocabulary import build_vocab, count_split_tokens
 
     vocabs = {}
     for side in ("src", "tgt"):
@@ -81,9 +81,10 @@ def stage_train(work: Path, steps: int, mechanism: str, threads: int) -> dict:
     import torch
 
     from models.config import ModelConfig
-    from pipeline.encoded import EncodedSplit
-    from pipeline.train import TrainConfig, build_seeded_model, train
-    from pipeline.vocab import Vocab
+    from pipeline.training.loop import build_seeded_model, train
+    from pipeline.training.settings import TrainConfig
+    from pipeline.vocab.encoded import EncodedSplit
+    from pipeline.vocab.vocabulary import Vocab
 
     torch.set_num_threads(threads)
     src, tgt = Vocab.load(work / "vocab" / "src.vocab"), Vocab.load(work / "vocab" / "tgt.vocab")

@@ -1,7 +1,7 @@
 """Loopback load test of `mlflow models serve` with the copyseq pyfunc model: bounded memory and a
 server that keeps answering under concurrent load and hostile requests (benchmarks/README.md).
 
-Serves a toy CopyNet (trained in a few seconds as tests/test_serving.py's toy project, logged,
+Serves a toy CopyNet (trained in a few seconds as tests/pipeline/serving/test_serving.py's toy project, logged,
 registered and made champion in a temporary MLflow store) or ``--model URI`` (from
 ``MLFLOW_TRACKING_URI``) on 127.0.0.1, then:
 
@@ -33,8 +33,15 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import mlflow
+
+from benchmarks.toy import EVALUATE, PREPARE, TASK, build_toy_project, free_port, stop_server
+from pipeline.config.params import load_params
+from pipeline.serving.predictor import ServingConfig
+from pipeline.serving.pyfunc import log_pyfunc_model
+from pipeline.tracking.registry import register, set_champion
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from anywhere in the checkout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,12 +108,6 @@ class RssSampler(threading.Thread):
 def toy_champion(root: Path, limits: dict) -> str:
     """Train the toy project under ``root``, log CopyNet with ``limits`` (params['serving']),
     register it and make it the champion; returns the model URI to serve."""
-    import mlflow
-
-    from pipeline.tracking.registry import register, set_champion
-    from pipeline.tracking.serving import ServingConfig, log_pyfunc_model
-    from tests.test_serving import EVALUATE, PREPARE, TASK, build_toy_project
-
     build_toy_project(root)
     mlflow.set_experiment(TASK)
     with mlflow.start_run(run_name="copynet-bench") as run:
@@ -192,10 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from pipeline.params import load_params
-    from tests.conftest import free_port
-    from tests.test_serving import stop_server  # the test suite's server helpers, as toy_champion's project
-
     limits = {**load_params()["serving"], **json.loads(args.limits)}
     here = Path.cwd()
     json_path = Path(args.json).resolve() if args.json else None

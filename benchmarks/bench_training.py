@@ -7,7 +7,7 @@ For every vocabulary size V: Gigaword-shaped batches (benchmarks/gigaword_shaped
 tokens, targets of 9, Zipfian words, half of each target copied from its source; words beyond the
 V - 4 most frequent are out of vocabulary, so the extended vocabulary is in play), then for every
 mechanism two identically seeded models, one per mode, trained on the same batches with Adam
-(fused, as pipeline.train), gradient clipping at 5; timed blocks of the two modes alternate, so a
+(fused, as pipeline.training.loop), gradient clipping at 5; timed blocks of the two modes alternate, so a
 drift in machine speed hits both. Figures:
 
   tok/s            target tokens (with </s>, without padding) per second of forward + backward +
@@ -24,7 +24,7 @@ drift in machine speed hits both. Figures:
     .venv/bin/python benchmarks/bench_training.py --device cuda --threads 0 --steps 20   # a GPU (bf16 autocast)
     .venv/bin/python benchmarks/bench_training.py --math-pins compare --vocabs 1000 --emb 64 --hidden 128 --batch 32
 
-``--math-pins compare``: the cost of pipeline.math_pins. The same measurement in four fresh
+``--math-pins compare``: the cost of pipeline.runtime.math_pins. The same measurement in four fresh
 processes, alternately without and with the pins in their environment (off, on, off, on: the
 libraries read them once, at load), each process timing every mechanism; then each mechanism's
 two-phase tokens/s without and with the pins (the mean of its two processes) and their ratio.
@@ -48,16 +48,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gigaword_shaped import sample_pairs, words  # noqa: E402
-
-from models import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from benchmarks.gigaword_shaped import sample_pairs, words  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from pipeline.batching import collate  # noqa: E402
-from pipeline.train import autocast, resolve_device  # noqa: E402
-from pipeline.vocab import SPECIALS, Vocab  # noqa: E402
+from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
+from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
+from pipeline.vocab.batching import collate  # noqa: E402
+from pipeline.vocab.vocabulary import SPECIALS, Vocab  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -81,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--math-pins",
         choices=["as-is", "compare"],
         default="as-is",
-        help="compare: tokens/s without and with pipeline.math_pins.PINS, in alternating fresh processes",
+        help="compare: tokens/s without and with pipeline.runtime.math_pins.PINS, in alternating fresh processes",
     )
     return p.parse_args(argv)
 
@@ -91,8 +88,6 @@ def compare_math_pins(argv: list[str], args: argparse.Namespace) -> None:
     each mechanism's two-phase tokens/s both ways and the ratio."""
     import subprocess
     import tempfile
-
-    from pipeline.math_pins import PINS, cpu_model
 
     rest = [a for i, a in enumerate(argv) if a != "--math-pins" and (i == 0 or argv[i - 1] != "--math-pins")]
     rates: dict[tuple[str, int], dict[str, list[float]]] = {}

@@ -19,7 +19,7 @@ fi
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 echo "== tests on CUDA"
 timeout 150 $PY -m pytest -q -m device --device cuda -p no:cacheprovider \
-    tests/test_two_phase.py tests/test_search.py tests/test_device.py >"$OUT/pytest.log" 2>&1
+    tests/models/test_contract.py tests/pipeline/decoding/test_search.py tests/pipeline/runtime/test_device.py >"$OUT/pytest.log" 2>&1
 echo "pytest exit $?"
 tail -15 "$OUT/pytest.log"
 echo "== bench_device"

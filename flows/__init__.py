@@ -1,5 +1,5 @@
 """Prefect flows, one per DVC stage. Importing this package makes every tool quiet and local, and a
-``python -m flows.<stage>`` process pins the CPU math libraries (:mod:`pipeline.math_pins`).
+``python -m flows.<stage>`` process pins the CPU math libraries (:mod:`pipeline.runtime.math_pins`).
 
 Defaults only (``setdefault``): a user's own PREFECT_API_URL, PREFECT_HOME or
 MLFLOW_TRACKING_URI wins. Without PREFECT_API_URL each flow run starts Prefect's temporary
@@ -33,10 +33,19 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 # A `python -m flows.<stage>` process: pin the CPU math libraries before any flow imports torch, so
-# its results are the same bits on every x86-64 machine (pipeline.math_pins; train/evaluate.deterministic).
-from pipeline.math_pins import pin_entry_point  # noqa: E402
+# its results are the same bits on every x86-64 machine (pipeline.runtime.math_pins; train/evaluate.deterministic).
+from pipeline.runtime.math_pins import pin_entry_point  # noqa: E402
 
 pin_entry_point()
+
+from prefect import task  # noqa: E402  (after the quiet, local defaults above)
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+
+def as_task(fn):
+    """A stage's unit of work (``pipeline.stages``: ``step``) as a Prefect task: retried and shown in
+    the flow run; never cached (the steps take models, paths and settings)."""
+    return task(fn, cache_policy=NO_CACHE)
 
 
 def cli(flow_fn, doc: str | None, *names: str):

@@ -1,172 +1,17 @@
-"""compare: per task, tables shaped like the papers' (ours beside the published rows), a bar chart,
-and a CSV that `dvc plots show` draws; all logged to the task's MLflow experiment."""
+"""compare: the papers'-shape comparison of every task, its chart and the registry's champion, as a
+Prefect flow around :func:`pipeline.stages.compare.run`."""
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import time
-from pathlib import Path
+from prefect import flow
 
-from prefect import flow, task
-
-import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
-from models import DISPLAY_NAMES
-from pipeline.baselines import baseline_names, lead_metrics, lead_name
-from pipeline.compare import PAPER_TABLES, comparison_markdown, plot_rows, ranking_line
-from pipeline.evaluate import EvalConfig
-from pipeline.params import load_params, project_root, section
-from pipeline.paths import TaskPaths
-from pipeline.plots import grouped_bars
-from pipeline.shards import write_json_atomic, write_text_atomic
-from pipeline.tasks import effective_params, primary_metric, task_names
-from pipeline.tracking.registry import model_name, promote_best, version_tags
-from pipeline.tracking.runs import (
-    describe_experiment,
-    git_commit,
-    log_to_run,
-    parent_run,
-    task_manifests,
-    task_params,
-)
-
-
-def plot_csv(rows: dict[str, dict], columns: list[str], display: dict[str, str]) -> str:
-    """Long format (one row per mechanism and metric) for a `dvc plots` bar chart."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["label", "mechanism", "metric", "value"])
-    for mech, values in rows.items():
-        for col in columns:
-            if values.get(col) is not None:
-                writer.writerow([f"{display.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}"])
-    return buf.getvalue()
-
-
-def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[str | None, str]:
-    """Move ``champion`` to the best registered version by the task's metric among those scored on
-    the current test data (versions scored on other data are not comparable); a line for the page."""
-    prefix = section(params, "tracking").get("registry_prefix", "")
-    split, key, higher = primary_metric(params, paths.task)
-    same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
-    champ = promote_best(paths.task, f"{split}.{key}", higher, prefix, where=same_data)
-    if champ is None:
-        return None, ""
-    # The page names the champion's mechanism, not its version number: every rerun registers new
-    # versions, and the page (a DVC output) must be the same bytes for the same results.
-    mechanism = version_tags(model_name(paths.task, prefix), champ).get("mechanism", "?")
-    name = model_name(paths.task, prefix)
-    return champ, f"\nMLflow registry: `models:/{name}@champion` is the {mechanism} model (best {split} {key}).\n"
-
-
-def write_plots(paths: TaskPaths, metrics: dict, cfg: dict, kinds: dict, display: dict[str, str]) -> Path:
-    """The bar chart (ours and the paper's rows on the first compared split) and the DVC plot CSV."""
-    split = cfg.get("splits", ["test"])[0]
-    kind = kinds.get(split, "exact_match")
-    columns = list(cfg.get("columns", [])) + (["all"] if kind == "exact_match" else [])
-    rows = plot_rows(metrics, split, cfg.get("columns", []), kind)
-    bars = {f"{display.get(m, m)} (ours)": v for m, v in rows.items()}
-    for table_id, table_split in (cfg.get("paper_tables") or {}).items():
-        paper = PAPER_TABLES[table_id]
-        if table_split == split:
-            bars.update(
-                {
-                    f"{display.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
-                    for m, vals in paper["rows"].items()
-                    if m in metrics
-                }
-            )
-    png = paths.comparison / f"{paths.task}.png"
-    unit = "accuracy (%), top-1" if kind == "exact_match" else kind
-    grouped_bars(bars, columns, png, f"{paths.task} ({split}): {unit}", unit)
-    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns, display))
-    return png
-
-
-@task
-def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
-    task_name = paths.task
-    cfg, tracking = section(params, "compare"), section(params, "tracking")
-    ev = EvalConfig.from_dict({k: v for k, v in section(params, "evaluate").items() if k != "heatmap"})
-    metrics = {}
-    for mech in mechanisms:
-        path = paths.evaluation(mech) / "metrics.json"
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no metrics for {task_name}/{mech}; run its evaluate stage first")
-        metrics[mech] = json.loads(path.read_text())
-    for n in cfg.get("lead") or []:  # model-free rows scored on the same shards (pipeline.baselines)
-        present = {s: paths.split(s) for s in ev.splits if paths.split(s).is_dir()}
-        metrics[lead_name(n)] = lead_metrics(present, n, ev)
-    display = {**DISPLAY_NAMES, **baseline_names(metrics)}
-    for table_id in cfg.get("paper_tables") or {}:
-        if table_id not in PAPER_TABLES:
-            raise KeyError(
-                f"compare.paper_tables of {task_name}: no paper table {table_id!r} "
-                f"(pipeline/paper_results.yaml has {sorted(PAPER_TABLES)})"
-            )
-    kinds = {split: ev.metric_for(split) for split in ev.splits}
-    manifests = task_manifests(paths.shards)
-    champ, champ_line = choose_champion(paths, params, manifests)
-    text = comparison_markdown(task_name, metrics, cfg, display, kinds) + champ_line
-    md = paths.comparison / f"{task_name}.md"
-    write_text_atomic(md, text)
-    # every row's metrics in one file (the mechanisms' metrics.json and the baselines'), for experiments
-    # that collect runs (scripts/gigaword_curve.sh)
-    write_json_atomic(paths.comparison / f"{task_name}.metrics.json", metrics)
-    png = write_plots(paths, metrics, cfg, kinds, display)
-
-    # The comparison goes on the pipeline's parent run itself, so the experiment's first screen (the
-    # parent run with the mechanisms folded under it) compares them: one metric per mechanism and
-    # split (e.g. copynet.test.top1), the table and the chart as artifacts.
-    experiment = f"{tracking['experiment_prefix']}{task_name}"
-    parent = parent_run(experiment, task_name, task_params(params, task_name), manifests, root=paths.root)
-    csv_path = paths.comparison_plot(task_name)
-    log_to_run(
-        parent,
-        comparison_metrics(metrics),
-        [md, png, csv_path],
-        finished_at_ms=int(time.time() * 1000),
-        tags={"champion_version": str(champ)},
-    )
-    # The experiment's description is the first thing its page shows: the mechanisms ranked on one
-    # line, the full tables when expanded. Each pipeline run replaces it with its own.
-    split, key, higher = primary_metric(params, task_name)
-    ranking = ranking_line(metrics, split, key, higher, display, digits=1)  # as the tables
-    commit = git_commit(paths.root)[:7]
-    describe_experiment(experiment, f"**{ranking}**\n\nPipeline run of commit {commit}.\n\n{text}")
-    return text
-
-
-def comparison_metrics(metrics: dict[str, dict]) -> dict[str, float]:
-    """``<mechanism>.<split>.<key>`` for every number a mechanism's metrics.json has per split
-    (groups too: ``copynet.test.x->xx.top1``)."""
-    flat = {}
-    for mech, per_split in metrics.items():
-        for split, values in per_split.items():
-            if not isinstance(values, dict):
-                continue
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "n":
-                    flat[f"{mech}.{split}.{key}"] = value
-            for group, group_values in (values.get("groups") or {}).items():
-                for key, value in group_values.items():
-                    if isinstance(value, (int, float)) and key != "n":
-                        flat[f"{mech}.{split}.{group}.{key}"] = value
-    return flat
+import flows  # cli, as_task (the package itself set quiet, local tool defaults before Prefect loaded)
+from pipeline.stages import compare
 
 
 @flow(name="compare")
 def compare_flow(params_path: str | None = None) -> dict:
-    params = load_params(params_path)
-    root = project_root(params_path)
-    out = {
-        t: compare_task(TaskPaths(t, root), list(params["mechanisms"]), effective_params(params, t))
-        for t in task_names(params)
-    }
-    for text in out.values():
-        print(text)
-    return out
+    return compare.run(params_path, step=flows.as_task)
 
 
 if __name__ == "__main__":

@@ -35,4 +35,9 @@ def build_rnnsearch(cfg: ModelConfig) -> Seq2Seq:
     return Seq2Seq(cfg, SoftmaxOutput(cfg), attention=True)
 
 
-MECHANISMS = (Mechanism("encdec", "Enc-Dec", build_encdec), Mechanism("rnnsearch", "RNNSearch", build_rnnsearch))
+MECHANISMS = (
+    Mechanism("encdec", "Enc-Dec", build_encdec),
+    Mechanism(
+        "rnnsearch", "RNNSearch", build_rnnsearch, variants=({}, {"encoder": "transformer", "transformer_heads": 2})
+    ),
+)

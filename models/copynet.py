@@ -4,7 +4,7 @@
 - eq. 8, copy score: psi_c(x_j) = tanh(h_j^T W_c) s_t for every source position j.
 - eq. 4-6, one shared normaliser Z over both modes; generate-mode probability 0 for words only
   in the source (their ids are extended ids >= V); copy mass summed over repeated source words.
-  Both are done by pipeline.extended_vocab.mix_scores in log space.
+  Both are done by models.extended.mix_scores in log space.
 - eq. 9, selective read: zeta(y_{t-1}) = sum_tau rho_{t,tau} h_tau with
   rho_{t,tau} = p(x_tau, c | s_{t-1}) / K over the positions where x_tau = y_{t-1}, 0 elsewhere;
   zeta = 0 when y_{t-1} is not in the source. It is fed with e(y_{t-1}) into the state update.
@@ -18,15 +18,7 @@ from torch import nn
 
 from models.config import ModelConfig
 from models.extended import NEG
-from models.seq2seq import (
-    Mechanism,
-    OutputLayer,
-    Scores,
-    Seq2Seq,
-    State,
-    at_least_fp32,
-    shared_softmax,
-)
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 
 
 class CopyNetOutput(OutputLayer):
@@ -81,4 +73,6 @@ def build_copynet(cfg: ModelConfig) -> Seq2Seq:
     return Seq2Seq(cfg, CopyNetOutput(cfg), attention=True)
 
 
-MECHANISMS = (Mechanism("copynet", "CopyNet", build_copynet),)
+MECHANISMS = (
+    Mechanism("copynet", "CopyNet", build_copynet, variants=({}, {"encoder": "transformer", "transformer_heads": 2})),
+)

@@ -2,8 +2,8 @@
 
 Every copy mechanism predicts over ``V + X`` ids, where ``V`` is the decoder's vocabulary and ``X``
 the largest number of distinct source words outside ``V`` in the batch (each example numbers its own
-OOVs from ``V`` in order of first appearance: ``pipeline.extended_vocab`` for strings,
-``pipeline.encoded`` for id-encoded splits; slots beyond an example's own OOVs carry ``NEG``).
+OOVs from ``V`` in order of first appearance: ``pipeline.vocab.extended`` for strings,
+``pipeline.vocab.encoded`` for id-encoded splits; slots beyond an example's own OOVs carry ``NEG``).
 
 - ``scatter_logsumexp`` merges the copy mass of every source position holding the same word into
   that word's slot (CopyNet eq. 6), in log space, with scatter operations (no Python loop over the

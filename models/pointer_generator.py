@@ -34,7 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from models.attention import BahdanauAttention
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import ModelConfig, parse_options
 from models.extended import NEG
 from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 
@@ -140,9 +140,22 @@ class PointerGeneratorOutput(OutputLayer):
 
 def build_pointer_generator(cfg: ModelConfig) -> Seq2Seq:
     """See et al. (2017): pointer-generator, with coverage unless ``coverage: false``."""
-    opts = dataclass_from_dict(PointerGeneratorOptions, cfg.options)
+    opts = parse_options(PointerGeneratorOptions, cfg.options, "pointer_generator")
     decoder = SeeDecoder(cfg.emb, cfg.hidden, 2 * cfg.hidden, opts.coverage)
     return Seq2Seq(cfg, PointerGeneratorOutput(cfg, opts), attention=True, decoder=decoder)
 
 
-MECHANISMS = (Mechanism("pointer_generator", "Pointer-generator + coverage", build_pointer_generator),)
+MECHANISMS = (
+    Mechanism(
+        "pointer_generator",
+        "Pointer-generator + coverage",
+        build_pointer_generator,
+        options=PointerGeneratorOptions,
+        variants=(
+            {},
+            {"coverage": False},
+            {"coverage_loss_weight": 0.3},
+            {"encoder": "transformer", "transformer_heads": 2},
+        ),
+    ),
+)

@@ -62,17 +62,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import ModelConfig, parse_options
 from models.extended import NEG, gold_log_probs, pad_extended
-from models.seq2seq import (
-    Mechanism,
-    OutputLayer,
-    Scores,
-    Seq2Seq,
-    State,
-    at_least_fp32,
-    gather_last,
-)
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
 from models.specials import PAD, SPECIALS, UNK
 
 SWITCHES = ("mlp", "noisy_residual")
@@ -171,6 +163,7 @@ class SwitchMLP(nn.Module):
 
 class PointerSoftmaxOutput(OutputLayer):
     can_copy = True
+    reads_pointers = True  # the observed switch and pointer (5.2-5.3)
     static_keys = frozenset({"ps_allowed"})
 
     def __init__(self, cfg: ModelConfig, opts: PointerSoftmaxOptions | None = None, context_dim: int | None = None):
@@ -244,6 +237,11 @@ class PointerSoftmaxOutput(OutputLayer):
             "ps_log_l": scores.copy.squeeze(1),  # (B, S) location softmax
             "copy_logp": scores.copy_log_probs().squeeze(1),  # (B, S) log (1 - d) l_j: the heat map's pointing
         }
+
+    @property
+    def scores_are_probabilities(self) -> bool:
+        """``decode: max`` ranks search by the best derivation (eval mode), not by p(w)."""
+        return self.decode == "marginal"
 
     def distribution(self, scores: Scores, view: State) -> torch.Tensor:
         """The marginal p(w) = d w(w) + (1 - d) sum_{x_j = w} l_j over V + X, or, with ``decode: max``
@@ -360,8 +358,22 @@ def paper_decision(state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def build_pointer_softmax(cfg: ModelConfig) -> Seq2Seq:
     """Bahdanau encoder-decoder (section 3) with the pointer softmax output layer (section 4)."""
-    opts = dataclass_from_dict(PointerSoftmaxOptions, cfg.options)
+    opts = parse_options(PointerSoftmaxOptions, cfg.options, "pointer_softmax")
     return Seq2Seq(cfg, PointerSoftmaxOutput(cfg, opts), attention=True)
 
 
-MECHANISMS = (Mechanism("pointer_softmax", "Pointer Softmax", build_pointer_softmax),)
+MECHANISMS = (
+    Mechanism(
+        "pointer_softmax",
+        "Pointer Softmax",
+        build_pointer_softmax,
+        options=PointerSoftmaxOptions,
+        variants=(
+            {},
+            {"shortlist": 7, "temperature": 2.0},
+            {"switch": "noisy_residual", "unknown_pointer": "switch"},
+            {"batch_vocab": 6, "batch_vocab_scope": "example", "decode": "max"},
+            {"batch_vocab": 6, "shortlist": 8},
+        ),
+    ),
+)

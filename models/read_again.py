@@ -40,7 +40,7 @@ distribution over generating words from Y, as well as over copying a specific wo
 source" with an implicit gating "similar to" Gu et al. (2016). We therefore use CopyNet's
 scores under one shared normaliser (CopyNet eq. 4-8): psi_g(y) = w_y^T s_t for y in Y,
 psi_c(i) = tanh(W h_i^2)^T s_t for each source position, p(y) = (exp psi_g(y) [y in Y] +
-sum_{i: x_i = y} exp psi_c(i)) / Z, in log space via pipeline.extended_vocab.mix_scores.
+sum_{i: x_i = y} exp psi_c(i)) / Z, in log space via models.extended.mix_scores.
 """
 
 from __future__ import annotations
@@ -53,18 +53,10 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from models.attention import BahdanauAttention
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import ModelConfig, parse_options
 from models.extended import NEG
 from models.rnn import run_rnn
-from models.seq2seq import (
-    Mechanism,
-    OutputLayer,
-    Scores,
-    Seq2Seq,
-    State,
-    at_least_fp32,
-    shared_softmax,
-)
+from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 from models.specials import PAD, SPECIALS, UNK
 
 CELLS = ("gru", "lstm")
@@ -92,6 +84,12 @@ class ReadAgainOptions:
             raise ValueError("read_again max_sentences must be >= 1")
         if self.decoder_vocab is not None and self.decoder_vocab <= len(SPECIALS):
             raise ValueError(f"read_again decoder_vocab {self.decoder_vocab} must exceed the {len(SPECIALS)} specials")
+
+    @property
+    def reads_source_words(self) -> bool:
+        """Opt-1/Opt-2 find sentence ends by their words (``sentence_end``, 3.1.3): the batches must
+        carry the source words, not only their ids."""
+        return self.sentences != "single"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +327,7 @@ class ReadAgainOutput(OutputLayer):
 
 def build_read_again(cfg: ModelConfig) -> Seq2Seq:
     """Read-Again encoder (3.1) + LSTM attention decoder with copy and OOV embeddings (3.2)."""
-    opts = dataclass_from_dict(ReadAgainOptions, cfg.options)
+    opts = parse_options(ReadAgainOptions, cfg.options, "read_again")
     if cfg.encoder != "bigru":
         raise ValueError(
             f"read_again has its own encoder (section 3.1); model.encoder {cfg.encoder!r} "
@@ -349,4 +347,16 @@ def build_read_again(cfg: ModelConfig) -> Seq2Seq:
     )
 
 
-MECHANISMS = (Mechanism("read_again", "Read-Again + copy", build_read_again),)
+MECHANISMS = (
+    Mechanism(
+        "read_again",
+        "Read-Again + copy",
+        build_read_again,
+        options=ReadAgainOptions,
+        variants=(
+            {},
+            {"cell": "gru", "sentences": "opt1", "decoder": "gru"},
+            {"cell": "lstm", "sentences": "opt2", "decoder_vocab": 7},
+        ),
+    ),
+)

@@ -49,7 +49,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from models.config import ModelConfig
+from models.config import ModelConfig, NoOptions, parse_options
 from models.decoder import BahdanauDecoder
 from models.encoder import make_encoder
 from models.extended import (
@@ -102,6 +102,10 @@ class OutputLayer(nn.Module):
 
     extra_input_dim: int = 0  # size of an extra decoder input fed with e(y_{t-1}) (0: none)
     can_copy: bool = False  # False: an OOV target is only reachable as <unk> (its gold id becomes UNK)
+    reads_pointers: bool = False  # trains on the batch's pointer annotations (tgt_pointer, tgt_switch) when given
+    # False: what ``step`` gives search in eval mode ranks by another score than log p (Pointer Softmax's
+    # ``decode: max``: the best derivation), so it sums to at most 1; log p(y) is still ``step_log_likelihood``.
+    scores_are_probabilities: bool = True
     shortlist: int | None = None  # generate only ids < shortlist (None: all of V); the rest are copied or <unk>
     static_keys: frozenset[str] = frozenset()  # state keys fixed per source (never change while decoding)
     # Decoder-state keys (B, S) that ``score_all`` reads per step, as they were *before* the step's
@@ -365,8 +369,27 @@ class Seq2Seq(nn.Module):
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A mechanism as a plug-in declares it: ``MECHANISMS = (Mechanism(...), ...)`` in its module."""
+    """A mechanism as a plug-in declares it: ``MECHANISMS = (Mechanism(...), ...)`` in its module.
+
+    ``options`` is the frozen dataclass of its ``model.<name>`` section: every section in params.yaml
+    is parsed with it when the ``model`` section is read (:func:`models.registry.model_config`), so a
+    typo fails there, not mid-run. What the rest of the project needs to know of a mechanism, it asks
+    the options (e.g. ``reads_source_words``: the batches must carry the source words) or the output
+    layer (``can_copy``, ``shortlist``, ``reads_pointers``), never the mechanism's name.
+    ``variants``: option sets (as ``model.<name>`` sections; shared keys such as ``encoder`` allowed)
+    that together exercise every code path; the contract tests (tests/models/test_contract.py) check
+    each one on vocabularies of about ten words."""
 
     name: str  # the params.yaml name (``mechanisms: [...]``, ``model.<name>`` options section)
     display: str  # the name the comparison tables print (the paper's)
     build: Callable[[ModelConfig], Seq2Seq]
+    options: type = NoOptions
+    variants: tuple[dict, ...] = ({},)
+
+    def parse_options(self, options: dict):
+        """The typed options of a ``model.<name>`` section (its shared keys already lifted out)."""
+        return parse_options(self.options, options, self.name)
+
+    def reads_source_words(self, options: dict) -> bool:
+        """Whether a model of these options reads the source words of a batch (not only their ids)."""
+        return bool(getattr(self.parse_options(options), "reads_source_words", False))

@@ -1,4 +1,4 @@
-"""Special tokens and their ids: the first four entries of every vocabulary (pipeline.vocab), read
+"""Special tokens and their ids: the first four entries of every vocabulary (pipeline.vocab.vocabulary), read
 by the models (padding, <unk> for words a model cannot produce, <s>, </s>)."""
 
 SPECIALS: tuple[str, ...] = ("<pad>", "<unk>", "<s>", "</s>")

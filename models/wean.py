@@ -46,7 +46,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from models.config import ModelConfig, dataclass_from_dict
+from models.config import ModelConfig, parse_options
 from models.decoder import LuongDecoder
 from models.encoder import make_encoder
 from models.extended import NEG
@@ -199,7 +199,7 @@ def _log_sizes(name: str, model: Seq2Seq) -> None:
 
 def build_wean(cfg: ModelConfig) -> Seq2Seq:
     """WEAN: Luong decoder (2.2, 3.1.3) + the embedding-querying output layer (2.3-2.4)."""
-    opts = dataclass_from_dict(WEANOptions, cfg.options)
+    opts = parse_options(WEANOptions, cfg.options, "wean")
     encoder, decoder, tgt_emb = _luong_skeleton(cfg, opts.layers)
     output = WEANOutput(cfg, tgt_emb, decoder.context_dim, opts)
     model = Seq2Seq(cfg, output, encoder=encoder, decoder=decoder, tgt_emb=tgt_emb)
@@ -209,7 +209,7 @@ def build_wean(cfg: ModelConfig) -> Seq2Seq:
 
 def build_luong(cfg: ModelConfig) -> Seq2Seq:
     """The paper's Seq2seq: the same encoder and Luong decoder, a plain softmax output (eq. 3)."""
-    opts = dataclass_from_dict(LuongOptions, cfg.options)
+    opts = parse_options(LuongOptions, cfg.options, "luong")
     encoder, decoder, tgt_emb = _luong_skeleton(cfg, opts.layers)
     model = Seq2Seq(
         cfg, LuongOutput(cfg, decoder.context_dim, opts.candidates), encoder=encoder, decoder=decoder, tgt_emb=tgt_emb
@@ -218,4 +218,19 @@ def build_luong(cfg: ModelConfig) -> Seq2Seq:
     return model
 
 
-MECHANISMS = (Mechanism("luong", "Seq2seq (Luong)", build_luong), Mechanism("wean", "WEAN", build_wean))
+MECHANISMS = (
+    Mechanism(
+        "luong",
+        "Seq2seq (Luong)",
+        build_luong,
+        options=LuongOptions,
+        variants=({}, {"candidates": 7, "layers": 1}),
+    ),
+    Mechanism(
+        "wean",
+        "WEAN",
+        build_wean,
+        options=WEANOptions,
+        variants=({}, {"score": "dot"}, {"score": "general", "candidates": 8}, {"score": "concat", "layers": 1}),
+    ),
+)

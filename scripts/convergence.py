@@ -15,17 +15,14 @@ of the reference. Prints one table row per mechanism and writes everything to ``
     .venv/bin/python scripts/convergence.py --mechanisms copynet --epochs 30 --margin 2
 
 Needs the task's shards and vocabularies (``dvc repro vocab@copy_rules``). Runs in its own process
-with the math libraries pinned as the pipeline's stages are (pipeline.math_pins).
+with the math libraries pinned as the pipeline's stages are (pipeline.runtime.math_pins).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # noqa: E402 (run from anywhere in the checkout)
-
-from pipeline.math_pins import pin_math_libraries  # noqa: E402  (before torch loads)
+from pipeline.runtime.math_pins import pin_math_libraries  # noqa: E402  (before torch loads)
 
 pin_math_libraries()
 
@@ -35,13 +32,16 @@ import json  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from pipeline.evaluate import EvalConfig, decode_table, score_records  # noqa: E402
-from pipeline.params import load_params, project_root, section  # noqa: E402
-from pipeline.paths import TaskPaths  # noqa: E402
-from pipeline.shards import read_split  # noqa: E402
-from pipeline.tasks import effective_params, primary_metric  # noqa: E402
-from pipeline.train import compute_settings, resolve_device, train  # noqa: E402
-from pipeline.train_job import TrainJob  # noqa: E402
+from pipeline.config.params import load_params, project_root  # noqa: E402
+from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.config.tasks import effective_params, primary_metric  # noqa: E402
+from pipeline.decoding.decode import decode_table  # noqa: E402
+from pipeline.decoding.scoring import score_records  # noqa: E402
+from pipeline.decoding.settings import EvalConfig  # noqa: E402
+from pipeline.io.shards import read_split  # noqa: E402
+from pipeline.runtime.device import compute_settings, resolve_device  # noqa: E402
+from pipeline.training.job import TrainJob  # noqa: E402
+from pipeline.training.loop import train  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def best_epoch_within(history: list[dict], n: int) -> int:
     """The epoch whose weights model.pt would hold after an n-epoch run: the first strict minimum of
-    the validation loss over epochs 1..n (history[0] is the untrained model; pipeline.train keeps a
+    the validation loss over epochs 1..n (history[0] is the untrained model; pipeline.training.loop keeps a
     model only when it improves on the best so far, the untrained model included)."""
     best, epoch = history[0]["valid_loss"], 0
     for row in history[1 : n + 1]:
@@ -71,7 +71,7 @@ def study(raw: dict, paths: TaskPaths, mechanism: str, test, split: str, key: st
     params = effective_params(raw, args.task)  # the task's settings, without per-mechanism overrides
     params["train"] = {**params["train"], "epochs": args.epochs, "patience": None, "max_steps": None}
     job = TrainJob(paths, mechanism, params)
-    ev = EvalConfig.from_dict({k: v for k, v in section(params, "evaluate").items() if k != "heatmap"})
+    ev = EvalConfig.from_params(params)
     device = resolve_device(job.train_cfg.device)
     model, _ = job.build_model()
     snapshots: dict[int, dict] = {}

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
 
-from pipeline.paths import TaskPaths  # noqa: E402
-from pipeline.shards import read_split  # noqa: E402
-from pipeline.vocab import Vocab  # noqa: E402
+from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.decoding.decode import decode_table  # noqa: E402
+from pipeline.decoding.scoring import score_records  # noqa: E402
+from pipeline.decoding.settings import EvalConfig  # noqa: E402
+from pipeline.io.shards import read_split  # noqa: E402
+from pipeline.training.checkpoints import load_model  # noqa: E402
+from pipeline.vocab.vocabulary import Vocab  # noqa: E402
 
 
 def lengths(root: Path, rule: str, mechanism: str) -> None:
@@ -47,11 +50,6 @@ def lengths(root: Path, rule: str, mechanism: str) -> None:
 
 
 def length_penalty(root: Path, rule: str, mechanism: str, penalties: list[float]) -> None:
-    import torch
-
-    from pipeline.checkpoints import load_model
-    from pipeline.evaluate import EvalConfig, decode_table, score_records
-
     torch.set_num_threads(1)
     paths = TaskPaths("copy_rules", root)
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))

@@ -17,7 +17,7 @@ mechanisms="${MECHANISMS:-[rnnsearch,copynet,read_again,pointer_generator]}"
 [ -d "$dir/.git" ] || git clone -q "$root" "$dir"
 [ -e "$dir/.venv" ] || ln -s "$root/.venv" "$dir/.venv"
 cd "$dir"
-.venv/bin/python -m pipeline.tasks enable gigaword --preset cpu >/dev/null
+.venv/bin/python -m pipeline.data.tasks enable gigaword --preset cpu >/dev/null
 for size in "${sizes[@]}"; do
   n="${size%%:*}"; limit="$n"; [ "$n" = all ] && limit=null
   sets=(-S "mechanisms=$mechanisms" -S "++task_settings.gigaword.presets.cpu.train.max_train_examples=$limit")

@@ -12,14 +12,10 @@ printed below ours, marked as such.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the checkout
-
-from models import DISPLAY_NAMES, MECHANISMS  # noqa: E402
 from models.param_count import output_layer_table, paper_table5  # noqa: E402
-from pipeline.params import load_params  # noqa: E402
+from models.registry import DISPLAY_NAMES, MECHANISMS  # noqa: E402
+from pipeline.config.params import load_params  # noqa: E402
 
 SIZES = {"PWKP / EW-SEW": (50_000, 256), "LCSTS": (4_000, 512)}
 

@@ -24,27 +24,19 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from models.baselines import build_encdec, build_rnnsearch  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.pointer_softmax import build_pointer_softmax  # noqa: E402
-from pipeline.batching import collate  # noqa: E402
-from pipeline.corpora.rarest_word import (  # noqa: E402
-    Config,
-    fixed_split,
-    sample_examples,
-    vocabulary,
-)
-from pipeline.search import greedy  # noqa: E402
-from pipeline.train import nll_loss  # noqa: E402
-from pipeline.vocab import SPECIALS  # noqa: E402
+from pipeline.data.corpora.rarest_word import Config, fixed_split, sample_examples, vocabulary
+from pipeline.decoding.search import greedy  # noqa: E402
+from pipeline.training.loop import nll_loss  # noqa: E402
+from pipeline.vocab.batching import collate  # noqa: E402
+from pipeline.vocab.vocabulary import SPECIALS  # noqa: E402
 
 
 def to_batch(rows: list[dict], vocab):

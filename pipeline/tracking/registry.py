@@ -1,6 +1,6 @@
 """The MLflow model registry: one registered model per task, its best version under the alias ``champion``.
 
-Conventions (read by ``flows/evaluate.py``, ``flows/compare.py`` and ``pipeline/retrain.py``):
+Conventions (read by ``flows/evaluate.py``, ``flows/compare.py`` and ``pipeline/retrain/``):
 
 * registered model name: ``<prefix><task>`` (:func:`model_name`; prefix ``""`` by default, so
   ``models:/copy_rules@champion``);
@@ -24,7 +24,8 @@ import math
 import time
 from pathlib import Path
 
-from pipeline.tracking.runs import metric_name
+from pipeline.io.files import sha256_file
+from pipeline.tracking.runs import metric_name, tracking_uri
 
 ALIAS = "champion"
 METRIC_TAG = "metric"
@@ -35,8 +36,6 @@ TAG_VALUE_LIMIT = 5000  # stay under every backend's tag value limit
 
 def _client():
     from mlflow import MlflowClient
-
-    from pipeline.tracking.runs import tracking_uri
 
     return MlflowClient(tracking_uri=tracking_uri(), registry_uri=tracking_uri())
 
@@ -84,8 +83,6 @@ def stored_file_hashes(model_uri: str) -> dict[str, str]:
 
     import mlflow
 
-    from pipeline.shards import sha256_file
-
     with tempfile.TemporaryDirectory(prefix="register-") as tmp:
         root = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=tmp))
         configs = sorted(root.rglob("serving.json"))
@@ -102,13 +99,11 @@ def stored_file_hashes(model_uri: str) -> dict[str, str]:
 
 
 def register(model_uri: str, task: str, tags: dict | None = None, prefix: str = "") -> str:
-    """Register ``model_uri`` (from :func:`pipeline.tracking.serving.log_pyfunc_model`) as a new version of
+    """Register ``model_uri`` (from :func:`pipeline.serving.pyfunc.log_pyfunc_model`) as a new version of
     the task's model (created when missing), with ``tags`` on the version and the sha256 of its files
     (``sha256.<file>``, checked again by :func:`verify_version` before the version is promoted);
     returns the version."""
     import mlflow
-
-    from pipeline.tracking.runs import tracking_uri
 
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
@@ -232,8 +227,6 @@ def download_version(name: str, version: str | int, dst: Path) -> Path:
     """Download every artifact of registered model ``name`` version ``version`` under ``dst``."""
     import mlflow
 
-    from pipeline.tracking.runs import tracking_uri
-
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
     return Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst)))
@@ -247,8 +240,6 @@ def verify_version(name: str, version: str | int) -> None:
     """Download version ``version`` of ``name`` and check every file recorded at registration
     (``sha256.<file>`` tags) has the same sha256 now; TamperedModel naming the file otherwise."""
     import tempfile
-
-    from pipeline.shards import sha256_file
 
     mv = _client().get_model_version(name, str(version))
     expected = {k[len(FILE_TAG) + 1 :]: v for k, v in (mv.tags or {}).items() if k.startswith(f"{FILE_TAG}.")}

@@ -29,7 +29,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from pipeline.params import REPO_ROOT
+from pipeline.config.params import REPO_ROOT
+from pipeline.config.tasks import effective_params
+from pipeline.io.files import sha256_file
 
 
 def tracking_uri() -> str:
@@ -69,7 +71,8 @@ def git_commit(root: Path = REPO_ROOT) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+    """The file's sha256, or "absent" (a dvc.lock not written yet)."""
+    return sha256_file(path) if path.exists() else "absent"
 
 
 def dvc_stage_hashes(task: str | None = None, mechanism: str | None = None, root: Path = REPO_ROOT) -> dict[str, str]:
@@ -129,17 +132,12 @@ def task_manifests(shards_dir: Path) -> dict[str, dict]:
     }
 
 
-def task_params(params: dict, task: str) -> dict:
+def pipeline_params(params: dict, task: str) -> dict:
     """The params that define a task's pipeline run: its reader settings (``prepare.<task>``) and
     the effective ``vocab``/``model``/``train``/``evaluate`` sections (the task's overrides applied,
-    :func:`pipeline.tasks.effective_params`). The task and mechanism lists are left out: adding a
+    :func:`pipeline.config.tasks.effective_params`). The task and mechanism lists are left out: adding a
     mechanism does not start another pipeline run for the ones already trained."""
-    try:
-        from pipeline.tasks import effective_params
-
-        eff = effective_params(params, task)
-    except ImportError:  # pipeline.tasks not there: the shared sections as they are
-        eff = params
+    eff = effective_params(params, task)
     out = {"prepare": (params.get("prepare") or {}).get(task, {})}
     out.update({k: eff.get(k, {}) for k in ("vocab", "model", "train", "evaluate")})
     return out
@@ -147,7 +145,7 @@ def task_params(params: dict, task: str) -> dict:
 
 def pipeline_key(task: str, key_params: dict, manifests: dict[str, dict], commit: str | None = None) -> str:
     """The parent run's key: sha256 (first 16 hex digits) of the task, the git commit, the task's
-    params (:func:`task_params`) and its manifests' content hashes. Same inputs, same key, in any
+    params (:func:`pipeline_params`) and its manifests' content hashes. Same inputs, same key, in any
     process."""
     data = {split: m.get("content_sha256", "?") for split, m in sorted(manifests.items())}
     blob = json.dumps(
@@ -308,6 +306,9 @@ class RunLogger:
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         self.mlflow.log_metrics(flat, step=step)
+
+    def tags(self, tags: dict) -> None:
+        self.mlflow.set_tags(tags)
 
     def artifact(self, path: Path, subdir: str | None = None) -> None:
         self.mlflow.log_artifact(str(path), artifact_path=subdir)

@@ -1,0 +1,51 @@
+"""The batch every model reads: padded id tensors in the source and extended vocabularies, with the
+words they came from. Built by ``pipeline.vocab.batching`` (from shard rows) and
+``pipeline.vocab.encoded`` (from id-encoded splits); a model reads ``src``, ``src_len``, ``src_ext``,
+``n_ext``, ``tgt_in``/``tgt_out`` and, where a mechanism trains on them, the pointer annotations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from models.specials import PAD
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) encoder ids (source vocabulary, UNK for its OOVs)
+    src_len: torch.Tensor  # (B,)
+    src_ext: torch.Tensor  # (B, S) decoder/extended ids of each source token
+    tgt_in: torch.Tensor  # (B, T) <s> y_1 .. y_{T-1}, extended ids
+    tgt_out: torch.Tensor  # (B, T) y_1 .. y_n </s> <pad>.., extended ids
+    n_ext: int  # X: extended slots in this batch
+    oovs: list[list[str]]  # per example, the word of extended id V + k
+    ids: list[str]
+    src_tokens: list[list[str]]
+    tgt_tokens: list[list[str]]
+    extra: dict = field(default_factory=dict)  # other shard columns for these rows (e.g. rule_type)
+    # Pointer annotations aligned with tgt_out (Pointer Softmax 5.2-5.3), when the shard has them:
+    tgt_pointer: torch.Tensor | None = None  # (B, T) source position of each target token, -1: none
+    tgt_switch: torch.Tensor | None = None  # (B, T) True where the target token is pointed at
+
+    @property
+    def size(self) -> int:
+        return self.src.size(0)
+
+    TENSORS = ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch")
+
+    def _map(self, fn) -> Batch:
+        return replace(self, **{k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in self.TENSORS})
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies (DataLoader ``pin_memory=True`` calls this), for asynchronous copies to CUDA."""
+        return self._map(lambda t: t.pin_memory())
+
+    @property
+    def n_tokens(self) -> int:
+        """Target tokens, </s> included, padding excluded."""
+        return int((self.tgt_out != PAD).sum())

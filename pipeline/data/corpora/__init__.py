@@ -1,0 +1,36 @@
+"""Corpus readers and generators, one module per ``reader`` name of ``params.yaml``'s ``prepare``.
+
+A reader is a module of this package with a ``Config`` (its settings) and ``write_splits`` (shards,
+manifests, quarantine); a reader that accepts raw text also has ``source_tokenizer``
+(:mod:`pipeline.data.corpora.raw_input`). Readers are found by module name, so adding a corpus is adding
+a module (``docs/extending.md``). Private modules (``_name``) and the helpers in ``NOT_READERS``,
+which readers share, are not readers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+# Modules of this package that readers use, not readers: shared writing, opening and checking raw
+# input, LDC SGML parsing, and the raw-text dispatcher.
+NOT_READERS = frozenset({"common", "inputs", "ldc_sgml", "raw_input"})
+
+
+def reader_names() -> list[str]:
+    """The reader module names of this package (every directory on its ``__path__``), sorted."""
+    return sorted(
+        m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name not in NOT_READERS
+    )
+
+
+def reader_module(name: str) -> ModuleType:
+    """The reader (or generator) module ``pipeline.data.corpora.<name>``: a ``Config`` and ``write_splits``."""
+    known = reader_names()
+    if name not in known:
+        raise ValueError(f"unknown reader {name!r}; known: {known}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    if not hasattr(module, "Config") or not hasattr(module, "write_splits"):
+        raise ValueError(f"pipeline.data.corpora.{name} is not a reader (needs Config and write_splits)")
+    return module

@@ -1,0 +1,93 @@
+"""Decode a split with batched beam search: prediction records in the table's row order (the evaluate
+stage, serving and ``predict`` all decode through :func:`decode_table`), and one example's per-step
+copy or attention weights for the heat map (:func:`copy_trace`). Scoring the records:
+:mod:`pipeline.decoding.scoring`."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import torch
+from tqdm import tqdm
+
+from pipeline.decoding.search import beam_search, check_interrupt, greedy
+from pipeline.decoding.settings import EvalConfig
+from pipeline.vocab.batching import batch_from_rows, row_lengths, token_batches
+from pipeline.vocab.extended import ext_ids_to_tokens
+from pipeline.vocab.vocabulary import Vocab
+
+
+def decode_table(
+    model,
+    table: pa.Table,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    cfg: EvalConfig,
+    device: torch.device,
+    desc: str = "decode",
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+) -> list[dict]:
+    """Beam-search every row; returns prediction records in the table's row order. ``deadline`` (a
+    ``time.monotonic()`` value) / ``stop`` (an event): checked before every batch and decoding step,
+    :class:`pipeline.decoding.search.DecodeTimeout` / :class:`pipeline.decoding.search.DecodeCancelled` when hit."""
+    extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
+    records: list[dict | None] = [None] * table.num_rows
+    batches = token_batches(*row_lengths(table), cfg.batch_size)
+    for rows in tqdm(batches, desc=desc, unit="batch", disable=None, leave=False):
+        rows = rows.tolist()
+        check_interrupt(deadline, stop)
+        batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, extra_cols, cfg.max_src_len).to(device)
+        nbest = beam_search(
+            model,
+            batch,
+            cfg.beam_size,
+            cfg.max_len,
+            cfg.min_len,
+            cfg.length_penalty,
+            cfg.block_ngram,
+            deadline=deadline,
+            stop=stop,
+        )
+        for i, row in enumerate(rows):
+            outs = [ext_ids_to_tokens(h.ids, batch.oovs[i], tgt_vocab) for h in nbest[i]]
+            rec = {
+                "id": batch.ids[i],
+                "src": batch.src_tokens[i],
+                "tgt": batch.tgt_tokens[i],
+                "pred": outs[0],
+                "nbest": outs,
+                "scores": [round(h.score, 4) for h in nbest[i]],
+                "copied": [tok for tok in outs[0] if tok in batch.oovs[i]],
+            }
+            for col in extra_cols:
+                rec[col] = batch.extra[col][i]
+            records[row] = rec
+    return records  # type: ignore[return-value]
+
+
+def copy_trace(
+    model, table: pa.Table, row: int, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int, device: torch.device
+) -> dict:
+    """Greedy-decode one example and return its per-step copy-mode (or attention) weights.
+
+    CopyNet Figure 3: p(x_tau, c | .) of every input position (columns) at every output step
+    (rows). Mechanisms without a copy mode give their attention weights instead.
+    """
+    batch = batch_from_rows(table, [row], src_vocab, tgt_vocab).to(device)
+    hyp = greedy(model, batch, max_len, trace_keys=("copy_logp", "attn"))[0]
+    trace = hyp.trace or {}
+    if "copy_logp" in trace:
+        weights, kind = trace["copy_logp"].exp(), "copy-mode probability p(x, c | s_t)"
+    else:
+        weights, kind = trace.get("attn"), "attention weight"
+    out_tokens = ext_ids_to_tokens(hyp.ids, batch.oovs[0], tgt_vocab)
+    steps = len(out_tokens) + (1 if len(out_tokens) < len(hyp.ids) else 0)  # include </s> when emitted
+    return {
+        "src": batch.src_tokens[0],
+        "out": out_tokens + ["</s>"] * (steps - len(out_tokens)),
+        "weights": None if weights is None else weights[:steps].tolist(),
+        "kind": kind,
+        "gold": batch.tgt_tokens[0],
+    }

@@ -1,0 +1,181 @@
+"""Greedy and batched beam search over the extended vocabulary, for every mechanism.
+
+Both drive ``model.encode(batch)`` and ``model.step(state, prev_ids) -> (log_probs_ext, state)``.
+Beam search keeps finished hypotheses in the beam (a finished row may only extend with <pad>
+at cost 0), so with a beam as wide as the number of prefixes it is exhaustive: the tests check
+it against brute-force enumeration. Options: min/max length, GNMT length penalty for the final
+ranking, n-gram blocking. ``deadline`` (a ``time.monotonic()`` value) and ``stop`` (an event) are
+checked before every decoding step: past the deadline the search raises :class:`DecodeTimeout`,
+once ``stop`` is set :class:`DecodeCancelled` (a server that is told to stop, a client gone).
+Neither given, the search runs as before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from models.extended import NEG
+from pipeline.vocab.vocabulary import BOS, EOS, PAD
+
+
+@dataclass
+class Hypothesis:
+    ids: list[int]  # extended ids, without <s>, up to and including </s> when finished
+    score: float  # sum of log-probabilities (before any length penalty)
+    rank_score: float  # score used for ranking (length-penalised when asked)
+    trace: dict | None = None  # per-step copy/attention weights when asked (greedy only)
+
+
+class DecodeInterrupted(RuntimeError):
+    """Decoding stopped before it finished; nothing of it is returned."""
+
+
+class DecodeTimeout(DecodeInterrupted, TimeoutError):
+    """The decoding deadline passed (a request that took too long)."""
+
+
+class DecodeCancelled(DecodeInterrupted):
+    """The stop event was set (e.g. the server is shutting down)."""
+
+
+def check_interrupt(deadline: float | None = None, stop: threading.Event | None = None, step: int = 0) -> None:
+    """Raise :class:`DecodeCancelled` when ``stop`` is set, :class:`DecodeTimeout` when
+    ``time.monotonic()`` is past ``deadline``; ``step`` (the decoding step) goes into the message."""
+    if stop is not None and stop.is_set():
+        raise DecodeCancelled(f"decoding cancelled at step {step}")
+    if deadline is not None:
+        late = time.monotonic() - deadline
+        if late > 0:
+            raise DecodeTimeout(f"decoding deadline passed {late:.2f} s ago, at step {step}")
+
+
+def reorder_state(state: dict, index: torch.Tensor, skip: frozenset[str] = frozenset()) -> dict:
+    """Select rows of every batch-first tensor in the decoder state, except the keys in ``skip``."""
+    return {k: v.index_select(0, index) if torch.is_tensor(v) and k not in skip else v for k, v in state.items()}
+
+
+def _length_penalty(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """GNMT (Wu et al. 2016): ((5 + |y|) / 6) ** alpha; alpha = 0 gives plain log-probability."""
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+def _block_ngrams(log_probs: torch.Tensor, history: torch.Tensor, n: int) -> torch.Tensor:
+    """Forbid tokens that would repeat an n-gram already in the hypothesis. history: (R, t)."""
+    t = history.size(1)
+    if n <= 0 or t < n:
+        return log_probs
+    prefix = history[:, t - n + 1 :]  # (R, n-1) the last n-1 tokens
+    windows = history.unfold(1, n, 1)  # (R, t-n+1, n) every n-gram so far
+    seen = (windows[:, :, :-1] == prefix.unsqueeze(1)).all(dim=2)  # (R, W): n-gram starts like prefix
+    banned = torch.where(seen, windows[:, :, -1], torch.full_like(windows[:, :, -1], PAD))  # (R, W)
+    return log_probs.scatter(1, banned, NEG) if seen.any() else log_probs
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    batch,
+    beam_size: int = 10,
+    max_len: int = 50,
+    min_len: int = 0,
+    length_penalty: float = 0.0,
+    block_ngram: int = 0,
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+) -> list[list[Hypothesis]]:
+    """Top ``beam_size`` hypotheses per example, best first. All examples decode at once.
+    ``deadline``/``stop``: see the module docstring (checked before the encoder and each step)."""
+    check_interrupt(deadline, stop)
+    device = batch.src.device
+    bsz, k = batch.size, beam_size
+    state = reorder_state(model.encode(batch), torch.arange(bsz, device=device).repeat_interleave(k))
+    static = getattr(model, "static_state_keys", frozenset())
+    scores = torch.full((bsz, k), NEG, device=device)
+    scores[:, 0] = 0.0  # only the first beam is live at the start: no duplicate hypotheses
+    scores = scores.view(-1)  # (B*K,)
+    prev = torch.full((bsz * k,), BOS, dtype=torch.long, device=device)
+    history = torch.empty((bsz * k, 0), dtype=torch.long, device=device)
+    finished = torch.zeros(bsz * k, dtype=torch.bool, device=device)
+    lengths = torch.zeros(bsz * k, dtype=torch.long, device=device)
+    base = (torch.arange(bsz, device=device) * k).unsqueeze(1)  # (B, 1)
+
+    for t in range(max_len):
+        check_interrupt(deadline, stop, t)
+        log_probs, state = model.step(state, prev)  # (B*K, V+X)
+        log_probs = log_probs.float()
+        if t < min_len:
+            log_probs[:, EOS] = NEG
+        log_probs = _block_ngrams(log_probs, history, block_ngram)
+        # A finished hypothesis continues only with <pad>, at no cost.
+        done_row = torch.full_like(log_probs, NEG)
+        done_row[:, PAD] = 0.0
+        log_probs = torch.where(finished.unsqueeze(1), done_row, log_probs)
+        vocab = log_probs.size(1)
+        total = (scores.unsqueeze(1) + log_probs).view(bsz, k * vocab)  # (B, K*V)
+        top_scores, top_idx = total.topk(k, dim=1)  # (B, K)
+        origin = (base + top_idx // vocab).view(-1)  # (B*K,) source row of each survivor
+        token = (top_idx % vocab).view(-1)  # (B*K,)
+        state = reorder_state(state, origin, static)  # source-side tensors stay: same example
+        was_finished = finished.index_select(0, origin)
+        lengths = lengths.index_select(0, origin) + (~was_finished).long()
+        finished = was_finished | (token == EOS)
+        history = torch.cat([history.index_select(0, origin), token.unsqueeze(1)], dim=1)
+        scores, prev = top_scores.view(-1), token
+        if bool(finished.all()):
+            break
+
+    rank = scores / _length_penalty(lengths, length_penalty)
+    out: list[list[Hypothesis]] = []
+    # One copy to the host for all rows (on a GPU, reading them one by one would wait B x K times).
+    hist, final, ranked = history.tolist(), scores.tolist(), rank.tolist()
+    for b in range(bsz):
+        rows = range(b * k, (b + 1) * k)
+        # Rows below NEG/2 used an impossible token (only when fewer than K candidates exist).
+        hyps = [Hypothesis([i for i in hist[r] if i != PAD], final[r], ranked[r]) for r in rows if final[r] > NEG / 2]
+        out.append(sorted(hyps, key=lambda h: -h.rank_score))
+    return out
+
+
+@torch.no_grad()
+def greedy(
+    model,
+    batch,
+    max_len: int = 50,
+    trace_keys: tuple[str, ...] = (),
+    deadline: float | None = None,
+    stop: threading.Event | None = None,
+) -> list[Hypothesis]:
+    """Argmax decoding; ``trace_keys`` records state tensors per step (e.g. 'copy_logp', 'attn');
+    ``deadline``/``stop`` as for :func:`beam_search`."""
+    check_interrupt(deadline, stop)
+    device = batch.src.device
+    state = model.encode(batch)
+    prev = torch.full((batch.size,), BOS, dtype=torch.long, device=device)
+    finished = torch.zeros(batch.size, dtype=torch.bool, device=device)
+    scores = torch.zeros(batch.size, device=device)
+    steps, traces = [], {key: [] for key in trace_keys}
+    for t in range(max_len):
+        check_interrupt(deadline, stop, t)
+        log_probs, state = model.step(state, prev)
+        best_lp, token = log_probs.float().max(dim=1)
+        token = token.masked_fill(finished, PAD)
+        scores = scores + best_lp.masked_fill(finished, 0.0)
+        for key in trace_keys:
+            if key in state:
+                traces[key].append(state[key].float().cpu())
+        steps.append(token)
+        finished = finished | (token == EOS)
+        prev = token
+        if bool(finished.all()):
+            break
+    ids, final = torch.stack(steps, dim=1).tolist(), scores.tolist()  # one copy to the host each
+    out = []
+    for b in range(batch.size):
+        seq = [i for i in ids[b] if i != PAD]
+        trace = {key: torch.stack([step[b] for step in traces[key]])[: len(seq)] for key in trace_keys if traces[key]}
+        out.append(Hypothesis(seq, final[b], final[b], trace or None))
+    return out

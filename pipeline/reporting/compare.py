@@ -1,0 +1,171 @@
+"""Comparison tables in the shape of the papers' tables: rows are mechanisms, ours and published.
+
+Two shapes:
+
+* exact match (CopyNet Table 1): per split, top-1 and top-k accuracy per group (rule type);
+* text metrics (ROUGE, BLEU, SARI): per split, one column per metric key (``compare.columns``).
+
+Published rows come from ``pipeline.reporting.paper_results``; ``compare.paper_tables`` maps a paper table's
+id to the split of ours it is printed under (e.g. ``readagain_duc2004: duc2004``). A paper row
+shows the paper's own columns; a column we do not compute is '-' in our rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.config.params import section
+from pipeline.config.validation import dataclass_from_dict
+from pipeline.reporting.paper_results import PAPER_TABLES
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The ``compare`` section of params.yaml (a task's effective one): what its comparison page shows."""
+
+    splits: tuple[str, ...] = ("test",)  # the splits compared, in order (the first is charted)
+    topk: int = 10  # exact match: the top-k column (as evaluate.topk)
+    columns: tuple[str, ...] = ()  # metric keys (text tasks) or group names (exact match)
+    paper_tables: dict = field(default_factory=dict)  # paper table id -> the split of ours it sits beside
+    lead: tuple[int, ...] = ()  # model-free lead-N rows (pipeline.reporting.baselines)
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.paper_tables if t not in PAPER_TABLES]
+        if unknown:
+            raise KeyError(
+                f"compare.paper_tables: no paper table {unknown[0]!r} "
+                f"(pipeline/reporting/paper_results.yaml has {sorted(PAPER_TABLES)})"
+            )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CompareConfig:
+        d = dict(d)
+        for key in ("splits", "columns", "lead"):
+            if key in d:
+                d[key] = tuple(d[key] or ())
+        if "paper_tables" in d:
+            d["paper_tables"] = dict(d["paper_tables"] or {})
+        return dataclass_from_dict(cls, d)
+
+    @classmethod
+    def from_params(cls, params: dict) -> CompareConfig:
+        return cls.from_dict(section(params, "compare"))
+
+
+def _fmt(v, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def ranking_line(
+    metrics: dict[str, dict], split: str, key: str, higher: bool, names: dict[str, str], digits: int = 2
+) -> str:
+    """One line ranking the mechanisms by ``split``.``key`` (the task's champion metric), best first:
+    ``test top1: CopyNet 76.95 · Pointer Softmax 31.29 · ...``. Mechanisms without it are left out."""
+    scores = {m: per[split][key] for m, per in metrics.items() if key in (per.get(split) or {})}
+    ranked = sorted(scores.items(), key=lambda item: -item[1] if higher else item[1])
+    return f"{split} {key}: " + " · ".join(f"{names.get(m, m)} {v:.{digits}f}" for m, v in ranked)
+
+
+def accuracy_rows(metrics: dict[str, dict], split: str, columns: list[str], key: str) -> dict[str, dict]:
+    """{mechanism: {column: value}} from each mechanism's metrics.json (groups = rule types)."""
+    rows = {}
+    for mech, m in metrics.items():
+        split_m = m.get(split)
+        if not split_m or "skipped" in split_m:
+            continue
+        groups = split_m.get("groups", {})
+        rows[mech] = {c: groups[c][key] for c in columns if c in groups}
+        rows[mech]["all"] = split_m[key]
+    return rows
+
+
+def metric_rows(metrics: dict[str, dict], split: str, columns: list[str]) -> dict[str, dict]:
+    """{mechanism: {metric: value}} for a text-metric split."""
+    return {
+        mech: {c: m[split].get(c) for c in columns}
+        for mech, m in metrics.items()
+        if m.get(split) and "skipped" not in m[split]
+    }
+
+
+def markdown_table(
+    rows: dict[str, dict], columns: list[str], display: dict[str, str], paper: dict | None = None, digits: int = 1
+) -> str:
+    """Our rows, then the paper's (only the mechanisms we ran, plus its other systems)."""
+    lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for mech, values in rows.items():
+        lines.append(
+            f"| {display.get(mech, mech)} (ours) | " + " | ".join(_fmt(values.get(c), digits) for c in columns) + " |"
+        )
+    if paper:
+        digits = paper.get("decimals", digits)
+        for mech, values in paper["rows"].items():
+            if mech in rows or mech not in display or not rows:
+                named = dict(zip(paper["columns"], values))
+                lines.append(
+                    f"| {paper.get('labels', {}).get(mech) or display.get(mech, mech)} (paper) | "
+                    + " | ".join(_fmt(named.get(c), digits) for c in columns)
+                    + " |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def _paper_note(paper: dict) -> str:
+    note = f"Published rows: {paper['source']}"
+    if paper.get("note"):
+        note += f" ({paper['note']})"
+    return (
+        note + ". They were trained on the papers' full data at the papers' sizes; ours at the sizes in params.yaml.\n"
+    )
+
+
+def comparison_markdown(
+    task: str, metrics: dict[str, dict], cfg: CompareConfig, display: dict[str, str], metric_kinds: dict[str, str]
+) -> str:
+    """The whole comparison page for one task (``cfg``: the task's effective ``compare`` settings)."""
+    splits = [s for s in cfg.splits if any(s in m for m in metrics.values())]
+    tables = {split: [PAPER_TABLES[t] for t, s in cfg.paper_tables.items() if s == split] for split in splits}
+    out = [f"# {task}: comparison\n"]
+    for split in splits:
+        kind = metric_kinds.get(split, "exact_match")
+        papers = tables.get(split) or [None]
+        if kind == "exact_match":
+            columns = list(cfg.columns) + ["all"]
+            for key in ("top1", f"top{cfg.topk}"):
+                rows = accuracy_rows(metrics, split, list(cfg.columns), key)
+                if not rows:
+                    continue
+                for paper in papers if key == "top1" else [None]:
+                    out.append(f"\n## {split}: exact-match accuracy, {key} (%)\n\n")
+                    if paper:
+                        out.append(_paper_note(paper) + "\n")
+                    out.append(markdown_table(rows, columns, display, paper))
+            continue
+        for paper in papers:
+            columns = list(paper["columns"]) if paper else list(cfg.columns)
+            rows = metric_rows(metrics, split, columns)
+            if not rows:
+                continue
+            n = next(iter(m[split]["n"] for m in metrics.values() if split in m and "n" in m[split]))
+            out.append(f"\n## {split} ({n} examples): {kind}\n\n")
+            if paper:
+                out.append(_paper_note(paper) + "\n")
+            out.append(markdown_table(rows, columns, display, paper, digits=2))
+    skipped = sorted(
+        {
+            f"{split}: {m[split]['skipped']}"
+            for m in metrics.values()
+            for split in m
+            if isinstance(m[split], dict) and "skipped" in m[split]
+        }
+    )
+    if skipped:
+        out.append("\nNot evaluated: " + "; ".join(skipped) + "\n")
+    return "".join(out)
+
+
+def plot_rows(metrics: dict[str, dict], split: str, columns: list[str], kind: str) -> dict[str, dict]:
+    """{mechanism: {column: value}} of one split, for the bar chart and the DVC plot CSV."""
+    if kind == "exact_match":
+        return accuracy_rows(metrics, split, columns, "top1")
+    return metric_rows(metrics, split, columns)

@@ -1,0 +1,73 @@
+"""Where a stage computes and what fixes its arithmetic: the device (``auto``: CUDA when present),
+bf16 autocast, the thread count and deterministic kernels (recorded with the run, beside the math
+pins of :mod:`pipeline.runtime.math_pins`), and a clear error for an operation that has no
+deterministic kernel. Shared by training, decoding, serving and retraining."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+
+from pipeline.runtime.math_pins import math_state
+
+
+class NondeterministicOperation(RuntimeError):
+    """``deterministic: true``, and the model ran an operation that has no deterministic kernel on
+    this device (PyTorch raises for those under ``torch.use_deterministic_algorithms(True)``)."""
+
+
+@contextmanager
+def nondeterministic_ops_named(device: torch.device, setting: str):
+    """Turn PyTorch's error for an operation without a deterministic kernel (raised under
+    ``torch.use_deterministic_algorithms(True)``) into one that names the operation, the device and
+    the setting to change; any other error passes unchanged."""
+    try:
+        yield
+    except RuntimeError as err:
+        message = str(err)
+        if "does not have a deterministic implementation" not in message:
+            raise
+        raise NondeterministicOperation(
+            f"{setting} is true, but the operation {message.split()[0]} has no deterministic kernel on {device} "
+            f"(torch {torch.__version__}), so this run could not repeat itself bit for bit. Set {setting}: false "
+            f"for this task to run it anyway (its results then vary in the last bits from run to run). "
+            f"PyTorch said: {message}"
+        ) from err
+
+
+def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+    """``auto``: CUDA when present, else the CPU; ``cuda`` in a process of a distributed job
+    (``local_rank`` given): that process's GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and local_rank is not None:
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def autocast(device: torch.device, amp: str = "auto"):
+    """bf16 autocast (AMP) on CUDA with ``auto``, on any device with ``bf16``; ``off``: none. bf16 keeps
+    float32's range, so the finite NEG mask value stays finite (fp16 would turn it into -inf); the
+    output layers score in float32 (models.seq2seq.at_least_fp32)."""
+    enabled = amp == "bf16" or (amp == "auto" and device.type == "cuda")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def compute_settings(threads: int, deterministic: bool) -> dict:
+    """Fix what decides the floating-point reduction order of a stage (thread count, deterministic
+    kernels; on CUDA also cuBLAS's workspace) and return it, with what the process's math libraries
+    were pinned to (pipeline.runtime.math_pins: set before torch loaded), to be recorded with the run."""
+    if threads:
+        torch.set_num_threads(threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (CUDA >= 10.2)
+        torch.use_deterministic_algorithms(True)
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **math_state(),  # the CPU's model name and instruction sets, the math pins and whether they hold
+    }

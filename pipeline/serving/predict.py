@@ -1,0 +1,258 @@
+"""``python -m pipeline.serving.predict``: raw text in (a file or stdin, one input a line), one output a line.
+
+Two sources of a model:
+
+* ``--checkpoint data/checkpoints/<task>/<mechanism> --task <task>``: the training stage's output,
+  with the task's vocabularies (``data/vocab/<task>``), reader settings (``prepare.<task>``) and
+  decoding settings (``evaluate``, the task's overrides applied) from ``--params`` (default: the
+  repository's params.yaml; the data paths are relative to that file's directory). The same
+  pyfunc object as the registered model is built locally: no MLflow store is involved.
+* ``--model models:/<task>@champion`` (or any MLflow model URI): the registered model, loaded with
+  ``mlflow.pyfunc.load_model`` from ``MLFLOW_TRACKING_URI`` (default: the repository's mlflow.db).
+
+``--show-copies`` marks each copied word ``[word]`` (a source word outside the decoder vocabulary
+that the model copied) and appends a tab and the copied words; ``--beam N`` / ``--max-len N``
+override the decoding settings. An empty input line gives an empty output line, so outputs stay
+line-aligned with inputs.
+
+The model's serving limits (``params['serving']``, or the registered model's ``serving.json``)
+apply: every line is read (strict UTF-8) and checked before anything is decoded, and a line over
+a limit, a line that is not UTF-8, a ``--beam``/``--max-len`` over its cap, a checkpoint of another
+mechanism or vocabularies other than its own end the command with one line on stderr
+(``copyseq-predict: error: line N: ...``) and exit code 2, writing no output file. Lines are decoded
+in chunks of ``max_inputs``, each within ``request_timeout_s``. A line whose source tokens are mostly
+outside the vocabulary is decoded, with ``copyseq-predict: warning: line N: ...`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+import mlflow
+import pandas as pd
+from mlflow.exceptions import MlflowException
+
+from pipeline.config.params import load_params, project_root
+from pipeline.config.tasks import effective_params
+from pipeline.io.files import atomic_path
+from pipeline.serving.predictor import InputRejected, ServingConfig
+from pipeline.serving.pyfunc import local_model
+from pipeline.tracking.runs import tracking_uri
+
+PROG = "copyseq-predict"
+
+
+class PredictError(Exception):
+    """A user error reported as one line on stderr with exit code 2 (no traceback)."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--checkpoint", help="a checkpoint directory data/checkpoints/<task>/<mechanism> (holds model.pt)"
+    )
+    source.add_argument("--model", help="an MLflow model URI, e.g. models:/copy_rules@champion")
+    parser.add_argument("--task", help="the task of --checkpoint (default: the checkpoint's parent directory name)")
+    parser.add_argument("--mechanism", help="the mechanism of --checkpoint (default: the checkpoint directory name)")
+    parser.add_argument("--params", default=None, help="params file for --checkpoint (default: the repository's)")
+    parser.add_argument("--vocab", default=None, help="vocabulary directory (default: data/vocab/<task>)")
+    parser.add_argument("--input", default="-", help="input file, one text a line (default: stdin)")
+    parser.add_argument("--output", default="-", help="output file (default: stdout)")
+    parser.add_argument(
+        "--show-copies", action="store_true", help="mark copied words [like this] and list them after a tab"
+    )
+    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the evaluate settings)")
+    parser.add_argument("--max-len", type=int, default=None, help="maximum output length")
+    parser.add_argument(
+        "--pretokenized",
+        action="store_true",
+        help="--checkpoint only: inputs are already the corpus's tokens, space-separated",
+    )
+    parser.add_argument("--device", default="cpu", help="--checkpoint only: cpu | auto | cuda[:N] (default: cpu)")
+    args = parser.parse_args(argv)
+    for name in ("beam", "max_len"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.model and (args.pretokenized or args.vocab or args.task or args.mechanism):
+        parser.error(
+            "--task/--mechanism/--vocab/--pretokenized go with --checkpoint; a registered model carries its own"
+        )
+    return args
+
+
+def checkpoint_model(args: argparse.Namespace):
+    """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
+    ckpt = Path(args.checkpoint)
+    if not (ckpt / "model.pt").is_file():
+        raise FileNotFoundError(f"{ckpt / 'model.pt'}: no trained model (run the train stage first)")
+    task = args.task or ckpt.parent.name
+    mechanism = args.mechanism or ckpt.name
+    params = load_params(args.params)
+    prepare = (params.get("prepare") or {}).get(task)
+    if prepare is None:
+        raise KeyError(f"params has no prepare.{task}: the reader settings that say how to tokenise raw text")
+    evaluate = effective_params(params, task).get("evaluate") or {}
+    root = project_root(args.params)
+    vocab = Path(args.vocab) if args.vocab else root / "data" / "vocab" / task
+    subword = root / "data" / "shards" / task / "subword.model"
+    config = ServingConfig.from_params(
+        task, mechanism, prepare, evaluate, params.get("serving"), device=args.device, pretokenized=args.pretokenized
+    )
+    return local_model(ckpt, vocab, config, subword if prepare.get("subword") else None)
+
+
+def registered_model(uri: str):
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_registry_uri(tracking_uri())
+    return mlflow.pyfunc.load_model(uri)
+
+
+def marked(tokens: list[str], copied: list[str], output: str) -> str:
+    """The output with every copied token in brackets (tokens re-joined as the output was)."""
+    if not copied:
+        return output
+    joiner = "" if len(tokens) > 1 and output == "".join(tokens) else " "  # LCSTS outputs have no spaces
+    copied_set = set(copied)
+    return joiner.join(f"[{t}]" if t in copied_set else t for t in tokens)
+
+
+def format_rows(frame: pd.DataFrame, show_copies: bool) -> list[str]:
+    lines = []
+    for output, copied, tokens in zip(frame["output"], frame["copied"], frame["tokens"]):
+        copied, tokens = list(copied), list(tokens)
+        lines.append(f"{marked(tokens, copied, output)}\t{' '.join(copied)}" if show_copies else output)
+    return lines
+
+
+def read_lines(inp: BinaryIO | TextIO) -> list[str]:
+    """The input's lines without their line ends; a line that is not UTF-8 is a PredictError naming it
+    (a byte stream is decoded strictly; a text stream's undecodable bytes, surrogate-escaped, are found too)."""
+    texts = []
+    for number, line in enumerate(inp, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise PredictError(
+                    f"line {number}: not valid UTF-8 (byte 0x{line[err.start]:02x} at byte {err.start + 1})"
+                ) from None
+        else:
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise PredictError(
+                    f"line {number}: not valid UTF-8 (undecodable byte at character {err.start + 1})"
+                ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark
+        texts.append(line.rstrip("\r\n"))
+    return texts
+
+
+def predictor_of(model):
+    """The :class:`pipeline.serving.predictor.Predictor` inside a local or a loaded pyfunc model; None
+    for a model logged before the serving limits existed (its own code checks nothing up front)."""
+    python_model = getattr(model, "python_model", None)
+    if python_model is None and hasattr(model, "unwrap_python_model"):
+        python_model = model.unwrap_python_model()
+    predictor = getattr(python_model, "predictor", None)
+    return predictor if hasattr(predictor, "check_text") else None
+
+
+def check_all(predictor, texts: Sequence[str], beam: int | None, max_len: int | None) -> None:
+    """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
+    try:
+        predictor.check_params(beam, max_len)
+    except InputRejected as err:
+        raise PredictError(str(err).replace("beam_size=", "--beam ").replace("max_len=", "--max-len ")) from None
+    for i, text in enumerate(texts):
+        try:
+            predictor.check_text(i, text)
+        except InputRejected as err:
+            raise PredictError(f"line {i + 1}: {err.reason}") from None
+
+
+def chunks(n: int, size: int) -> Iterable[tuple[int, int]]:
+    return ((start, min(n, start + size)) for start in range(0, n, size))
+
+
+def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: TextIO | None = None) -> int:
+    """Decode every line of ``inp`` into ``out``; warnings to ``err`` (stderr). Returns the line count."""
+    err = err or sys.stderr
+    texts = read_lines(inp)
+    try:
+        model = checkpoint_model(args) if args.checkpoint else registered_model(args.model)
+    except KeyError as exc:  # params without the task's settings
+        raise PredictError(str(exc.args[0]) if exc.args else repr(exc)) from None
+    except ValueError as exc:  # CheckpointError (another mechanism, other vocabularies), bad settings
+        raise PredictError(str(exc)) from None
+    if not texts:
+        return 0
+    predictor = predictor_of(model)
+    size = len(texts)
+    if predictor is not None:
+        check_all(predictor, texts, args.beam, args.max_len)
+        size = predictor.config.max_inputs
+    params = {k: v for k, v in (("beam_size", args.beam), ("max_len", args.max_len)) if v is not None}
+    lines = []
+    for start, stop in chunks(len(texts), size):
+        try:
+            frame = model.predict(pd.DataFrame({"text": texts[start:stop]}), params=params or None)
+        except MlflowException as exc:
+            where = f"line {start + 1}" if stop - start == 1 else f"lines {start + 1}-{stop}"
+            row = getattr(exc, "index", None)
+            if row is not None:  # the reason without the request's row number (the line replaces it)
+                where, message = f"line {start + row + 1}", getattr(exc.__cause__, "reason", exc.message)
+            else:
+                message = exc.message
+            raise PredictError(f"{where}: {message}") from None
+        if "warning" in frame.columns:
+            for i, warning in enumerate(frame["warning"]):
+                if warning:
+                    print(f"{PROG}: warning: line {start + i + 1}: {warning}", file=err)
+        lines += format_rows(frame, args.show_copies)
+    for line in lines:
+        out.write(line.replace("\n", " ") + "\n")
+    return len(texts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command; 0 on success, 2 (one line on stderr, no traceback) on a user error: a line that
+    is not UTF-8 or over a serving limit, a checkpoint that does not fit its settings, a missing file."""
+    args = parse_args(argv)
+    try:
+        inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
+        inp = inp if args.input == "-" else open(args.input, "rb")
+        try:
+            if args.output == "-":
+                run(args, inp, sys.stdout)
+            else:
+                with atomic_path(Path(args.output)) as tmp, open(tmp, "w", encoding="utf-8") as out:
+                    run(args, inp, out)
+        finally:
+            if args.input != "-":
+                inp.close()
+    except (PredictError, OSError) as err:
+        return fail(str(err))
+    except MlflowException as err:  # a registered model that does not exist, a store that cannot be read
+        return fail(err.message)
+    return 0
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: error: {message.strip().splitlines()[0] if message.strip() else message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

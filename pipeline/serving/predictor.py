@@ -1,0 +1,351 @@
+"""One trained model answering raw text, with no MLflow in it: :class:`Predictor` and its settings.
+
+:class:`Predictor` is the whole path: raw text -> the corpus reader's source tokens
+(:mod:`pipeline.data.corpora.raw_input`) -> the project's batched beam search
+(:func:`pipeline.decoding.decode.decode_table`, so a prediction here equals the evaluate stage's for
+the same tokens) -> extended ids back to words, a source word outside the decoder vocabulary coming
+out as itself when the model copies it (:func:`pipeline.vocab.extended.ext_ids_to_tokens`) -> text
+(:func:`pipeline.data.corpora.raw_input.detokenize`). ``copied`` lists those output tokens that are
+source words outside the decoder vocabulary: only a copy (pointer) can produce them, so they are the
+copies one can be sure of (a copy of an in-vocabulary word looks like a generated one).
+
+:class:`ServingConfig` is what a served model needs besides its weights and vocabularies
+(``serving.json``): the reader settings, the decoding settings of the evaluate stage, and the
+limits of ``params['serving']`` (docs/tracking.md): texts per request, characters per text, source
+tokens per text, the largest ``beam_size``/``max_len`` a client may ask for, a decoding deadline per
+request and the number of decodes at once. A violation is refused before anything is decoded
+(:class:`InputRejected`), never silently clamped. A source whose tokens are mostly outside the
+source vocabulary is decoded but its row carries a ``warning``. Decoding checks the deadline and a
+stop event between steps (:class:`pipeline.decoding.search.DecodeTimeout` /
+:class:`pipeline.decoding.search.DecodeCancelled`). The MLflow face of a Predictor:
+:mod:`pipeline.serving.pyfunc`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.config.validation import dataclass_from_dict
+from pipeline.data.corpora.raw_input import detokenize, source_tokenizer
+from pipeline.decoding.decode import decode_table
+from pipeline.decoding.search import DecodeCancelled
+from pipeline.decoding.settings import EvalConfig
+from pipeline.io.files import sha256_file
+from pipeline.runtime.device import resolve_device
+from pipeline.training.checkpoints import load_model
+from pipeline.vocab.vocabulary import Vocab
+
+DECODE_KEYS = ("beam_size", "max_len", "min_len", "length_penalty", "block_ngram", "batch_size", "max_src_len")
+# params['serving']: the limits a served model applies (ServingConfig fields of the same names)
+LIMIT_KEYS = (
+    "max_inputs",
+    "max_input_chars",
+    "max_src_tokens",
+    "max_beam_size",
+    "max_output_len",
+    "request_timeout_s",
+    "max_concurrent",
+    "max_batch_positions",
+    "unknown_warning",
+)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """What a served model needs besides its weights and vocabularies (``serving.json``)."""
+
+    task: str
+    mechanism: str
+    prepare: dict  # the corpus reader's settings (params['prepare'][task]): how raw text is tokenised
+    beam_size: int = 10
+    max_len: int = 50
+    min_len: int = 0
+    length_penalty: float = 0.0
+    block_ngram: int = 0
+    batch_size: int = 64
+    max_src_len: int | None = None
+    device: str = "cpu"  # cpu | auto | cuda[:N]
+    pretokenized: bool = False  # True: inputs are already the corpus's tokens, space-separated
+    extra: dict = field(default_factory=dict)  # free-form provenance (run id, git commit ...)
+    files: dict = field(default_factory=dict)  # artifact file name -> sha256 at logging, checked at loading
+    # Limits (params['serving']; a serving.json written before they existed gets these defaults)
+    max_inputs: int = 64  # texts per request (predict: lines per decoding chunk)
+    max_input_chars: int = 20_000  # characters per text, checked before tokenising
+    max_src_tokens: int = 400  # source tokens per text, after tokenising
+    max_beam_size: int = 20  # the largest beam_size a request may ask for
+    max_output_len: int = 200  # the largest max_len a request may ask for
+    request_timeout_s: float = 30.0  # decoding stops after this many seconds (HTTP 504)
+    max_concurrent: int = 1  # decodes at once per server process; others wait up to the timeout (HTTP 503)
+    max_batch_positions: int = 100_000  # beam rows x source tokens per decoding batch (bounds memory)
+    unknown_warning: float = 0.5  # warn above this fraction of source tokens outside the source vocabulary
+
+    def __post_init__(self) -> None:
+        ints = ("max_inputs", "max_input_chars", "max_src_tokens", "max_beam_size", "max_output_len")
+        ints += ("max_concurrent", "max_batch_positions")
+        bad = [k for k in ints if isinstance(getattr(self, k), bool) or not isinstance(getattr(self, k), int)]
+        bad += [k for k in ints if k not in bad and getattr(self, k) < 1]
+        timeout = self.request_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            bad.append("request_timeout_s")
+        share = self.unknown_warning
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            bad.append("unknown_warning")
+        if bad:
+            shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
+            raise ValueError(
+                f"serving limits must be integers >= 1 (request_timeout_s a number > 0, unknown_warning "
+                f"a fraction in [0, 1]): {shown}"
+            )
+        for key, cap in (("beam_size", "max_beam_size"), ("max_len", "max_output_len")):
+            if getattr(self, key) > getattr(self, cap):
+                raise ValueError(
+                    f"the default {key}={getattr(self, key)} (evaluate settings) is over the serving limit "
+                    f"{cap}={getattr(self, cap)}: raise serving.{cap}"
+                )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ServingConfig:
+        """A saved config (``serving.json``). One saved before the limits existed gets the default
+        limits, its caps raised to its own default ``beam_size``/``max_len`` where those are larger."""
+        d = dict(d)
+        defaults = {f.name: f.default for f in fields(cls)}
+        for key, cap in (("beam_size", "max_beam_size"), ("max_len", "max_output_len")):
+            if cap not in d:
+                d[cap] = max(defaults[cap], d.get(key, defaults[key]))
+        return dataclass_from_dict(cls, d)
+
+    @classmethod
+    def from_params(
+        cls,
+        task: str,
+        mechanism: str,
+        prepare_settings: dict,
+        evaluate_settings: dict,
+        serving_settings: dict | None = None,
+        **overrides,
+    ) -> ServingConfig:
+        """The decoding settings of the evaluate stage (``params['evaluate']``, the task's overrides
+        applied), the reader settings of ``params['prepare'][task]`` and the limits of
+        ``params['serving']`` (an unknown key there is an error)."""
+        decode = {k: evaluate_settings[k] for k in DECODE_KEYS if k in evaluate_settings}
+        limits = dict(serving_settings or {})
+        unknown = sorted(set(limits) - set(LIMIT_KEYS))
+        if unknown:
+            raise ValueError(f"params.yaml: unknown serving settings {unknown}; known: {list(LIMIT_KEYS)}")
+        return cls(task=task, mechanism=mechanism, prepare=dict(prepare_settings), **{**decode, **limits, **overrides})
+
+    def eval_config(self, **overrides) -> EvalConfig:
+        d = {k: getattr(self, k) for k in DECODE_KEYS}
+        d.update({k: v for k, v in overrides.items() if v is not None})
+        return EvalConfig(**d, topk=d["beam_size"], splits=(), device=self.device)
+
+
+class InputRejected(ValueError):
+    """A request over a serving limit, or malformed: refused before anything is decoded (HTTP 400,
+    ``predict`` exit code 2). ``index``: the offending text's row in the request (None: the request
+    as a whole or a parameter); ``reason``: what is wrong, without the row."""
+
+    def __init__(self, reason: str, index: int | None = None) -> None:
+        self.reason, self.index = reason, index
+        super().__init__(reason if index is None else f"text {index}: {reason}")
+
+
+class ServerBusy(RuntimeError):
+    """No decoding slot (``max_concurrent``) came free before the request's deadline (HTTP 503)."""
+
+
+def verify_files(config: ServingConfig, paths: Sequence[str | Path]) -> None:
+    """The model files are those the model was logged with (``config.files``); a ValueError naming
+    the file otherwise, before any of them is loaded."""
+    for path in paths:
+        expected = config.files.get(Path(path).name)
+        if expected is not None and sha256_file(path) != expected:
+            raise ValueError(
+                f"{path}: sha256 differs from the one recorded when the model was logged; "
+                "the stored model was changed, refusing to serve it"
+            )
+
+
+class Predictor:
+    """Raw text -> output text with one trained model (no MLflow involved), within the limits of
+    its :class:`ServingConfig`."""
+
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        src_vocab: str | Path,
+        tgt_vocab: str | Path,
+        config: ServingConfig,
+        subword_model: str | Path | None = None,
+    ) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.src_vocab, self.tgt_vocab = Vocab.load(src_vocab), Vocab.load(tgt_vocab)
+        self.model, _ = load_model(checkpoint, config.mechanism, self.device, (self.src_vocab, self.tgt_vocab))
+        self.subword_model = str(subword_model) if subword_model else None
+        self.tokenize = source_tokenizer(config.prepare, config.pretokenized, self.subword_model)
+        self.stop = threading.Event()  # set: running decodes stop, new ones are refused (shutdown)
+        self._slots = threading.BoundedSemaphore(config.max_concurrent)
+
+    @classmethod
+    def from_checkpoint_dir(
+        cls,
+        checkpoint_dir: str | Path,
+        vocab_dir: str | Path,
+        config: ServingConfig,
+        subword_model: str | Path | None = None,
+    ) -> Predictor:
+        """``<checkpoint_dir>/model.pt`` with ``<vocab_dir>/{src,tgt}.vocab`` (the stage outputs)."""
+        checkpoint_dir, vocab_dir = Path(checkpoint_dir), Path(vocab_dir)
+        return cls(checkpoint_dir / "model.pt", vocab_dir / "src.vocab", vocab_dir / "tgt.vocab", config, subword_model)
+
+    # ----------------------------------------------------------------------------- the limits
+    def check_params(self, beam_size: Any = None, max_len: Any = None) -> tuple[int, int]:
+        """The request's ``(beam_size, max_len)``: the config's when None; an :class:`InputRejected`
+        when one is not an integer >= 1 or is over its limit (``max_beam_size``, ``max_output_len``)."""
+        out = []
+        for name, value, default, cap in (
+            ("beam_size", beam_size, self.config.beam_size, "max_beam_size"),
+            ("max_len", max_len, self.config.max_len, "max_output_len"),
+        ):
+            if value is None:
+                value = default
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise InputRejected(f"{name} must be an integer >= 1, got {value!r}")
+            limit = getattr(self.config, cap)
+            if value > limit:
+                raise InputRejected(f"{name}={value} is over this model's limit of {limit} (serving.{cap})")
+            out.append(int(value))
+        return out[0], out[1]
+
+    def check_text(self, index: int, text: str) -> list[str]:
+        """The source tokens of one text, or an :class:`InputRejected` naming ``index`` when the text
+        is longer than ``max_input_chars`` characters or ``max_src_tokens`` tokens (or cannot be
+        tokenised)."""
+        cfg = self.config
+        if len(text) > cfg.max_input_chars:
+            raise InputRejected(
+                f"{len(text)} characters, over the limit of {cfg.max_input_chars} (serving.max_input_chars)", index
+            )
+        try:
+            tokens = self.tokenize(text)
+        except ValueError as err:
+            raise InputRejected(f"cannot be tokenised: {err}", index) from None
+        if len(tokens) > cfg.max_src_tokens:
+            raise InputRejected(
+                f"{len(tokens)} source tokens, over the limit of {cfg.max_src_tokens} (serving.max_src_tokens)", index
+            )
+        return tokens
+
+    def check_inputs(self, texts: Sequence[str]) -> list[list[str]]:
+        """The source tokens of every text, after the request-level and per-text limits."""
+        if len(texts) > self.config.max_inputs:
+            raise InputRejected(
+                f"{len(texts)} texts in one request, over the limit of {self.config.max_inputs} "
+                "(serving.max_inputs): send them in smaller requests"
+            )
+        return [self.check_text(i, t) for i, t in enumerate(texts)]
+
+    def unknown_warning(self, tokens: Sequence[str]) -> str:
+        """A warning when more than ``unknown_warning`` of the source tokens are outside the source
+        vocabulary (another language, another domain: the output is made up); else ''."""
+        if not tokens:
+            return ""
+        unknown = sum(t not in self.src_vocab for t in tokens)
+        share = unknown / len(tokens)
+        if share <= self.config.unknown_warning:
+            return ""
+        return (
+            f"{unknown} of {len(tokens)} source tokens ({share:.0%}) are outside the model's vocabulary "
+            f"(more than serving.unknown_warning={self.config.unknown_warning:g}): the output is likely unreliable"
+        )
+
+    @contextmanager
+    def _slot(self, deadline: float) -> Iterator[None]:
+        """One of the ``max_concurrent`` decoding slots, waited for until ``deadline``."""
+        waited = time.monotonic()
+        while not self._slots.acquire(timeout=0.05):
+            if self.stop.is_set():
+                raise DecodeCancelled("stopped while waiting for a decoding slot")
+            if time.monotonic() > deadline:
+                raise ServerBusy(
+                    f"the server is busy: {self.config.max_concurrent} decoding(s) at a time (serving.max_concurrent) "
+                    f"and none came free in {time.monotonic() - waited:.1f} s; retry later"
+                )
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    # ----------------------------------------------------------------------------- decoding
+    def predict(
+        self,
+        texts: Sequence[str],
+        beam_size: int | None = None,
+        max_len: int | None = None,
+        deadline: float | None = None,
+    ) -> list[dict]:
+        """One dict per text, in order: ``src`` (tokens), ``tokens`` (output tokens), ``output``
+        (text), ``copied`` (output tokens that are source words outside the decoder vocabulary),
+        ``score`` (log-probability of the best hypothesis), ``warning`` ('' or why the output is
+        likely unreliable). An empty source gives an empty output.
+
+        Every limit is checked before decoding (:class:`InputRejected`). ``deadline`` (a
+        ``time.monotonic()`` value; default: now + ``request_timeout_s``) ends decoding with
+        :class:`pipeline.decoding.search.DecodeTimeout`; :attr:`stop` set ends it with
+        :class:`pipeline.decoding.search.DecodeCancelled`; no slot free before the deadline: :class:`ServerBusy`."""
+        if deadline is None:
+            deadline = time.monotonic() + float(self.config.request_timeout_s)
+        beam_size, max_len = self.check_params(beam_size, max_len)
+        sources = self.check_inputs(texts)
+        out = [
+            {"src": s, "tokens": [], "output": "", "copied": [], "score": 0.0, "warning": self.unknown_warning(s)}
+            for s in sources
+        ]
+        todo = [i for i, s in enumerate(sources) if s]
+        if not todo:
+            return out
+        if self.stop.is_set():
+            raise DecodeCancelled("stopped before decoding")
+        list_type = pa.list_(pa.string())
+        table = pa.table(
+            {
+                "id": pa.array([str(i) for i in todo]),
+                "src": pa.array([sources[i] for i in todo], type=list_type),
+                "tgt": pa.array([[] for _ in todo], type=list_type),
+            }
+        )
+        # Memory is about beam rows x source positions per batch: fewer rows per batch for long sources.
+        longest = max(len(sources[i]) for i in todo)
+        rows = max(1, min(self.config.batch_size, self.config.max_batch_positions // (beam_size * longest)))
+        cfg = self.config.eval_config(beam_size=beam_size, max_len=max_len, batch_size=rows)
+        with self._slot(deadline):
+            records = decode_table(
+                self.model,
+                table,
+                self.src_vocab,
+                self.tgt_vocab,
+                cfg,
+                self.device,
+                desc="predict",
+                deadline=deadline,
+                stop=self.stop,
+            )
+        for i, rec in zip(todo, records):
+            tokens = rec["pred"]
+            out[i].update(
+                tokens=tokens,
+                copied=rec["copied"],
+                score=rec["scores"][0],
+                output=detokenize(tokens, self.config.prepare, self.subword_model),
+            )
+        return out

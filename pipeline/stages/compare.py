@@ -1,0 +1,163 @@
+"""compare: per task, tables shaped like the papers' (ours beside the published rows), a bar chart, a
+CSV that `dvc plots show` draws, the registry's ``champion`` moved to the best version; all logged to
+the task's MLflow experiment (``flows/compare.py`` runs :func:`run` as a Prefect flow)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from models.registry import DISPLAY_NAMES
+from pipeline.config.params import load_params, project_root
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params, primary_metric, task_names
+from pipeline.decoding.settings import EvalConfig
+from pipeline.io.files import write_json_atomic, write_text_atomic
+from pipeline.reporting.baselines import baseline_names, lead_metrics, lead_name
+from pipeline.reporting.compare import PAPER_TABLES, CompareConfig, comparison_markdown, plot_rows, ranking_line
+from pipeline.reporting.plots import grouped_bars
+from pipeline.tracking.registry import model_name, promote_best, version_tags
+from pipeline.tracking.runs import (
+    describe_experiment,
+    git_commit,
+    log_to_run,
+    parent_run,
+    pipeline_params,
+    task_manifests,
+)
+from pipeline.tracking.settings import TrackingConfig
+
+
+def plot_csv(rows: dict[str, dict], columns: list[str], display: dict[str, str]) -> str:
+    """Long format (one row per mechanism and metric) for a `dvc plots` bar chart."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["label", "mechanism", "metric", "value"])
+    for mech, values in rows.items():
+        for col in columns:
+            if values.get(col) is not None:
+                writer.writerow([f"{display.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}"])
+    return buf.getvalue()
+
+
+def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[str | None, str]:
+    """Move ``champion`` to the best registered version by the task's metric among those scored on
+    the current test data (versions scored on other data are not comparable); a line for the page."""
+    prefix = TrackingConfig.from_params(params).registry_prefix
+    split, key, higher = primary_metric(params, paths.task)
+    same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
+    champ = promote_best(paths.task, f"{split}.{key}", higher, prefix, where=same_data)
+    if champ is None:
+        return None, ""
+    # The page names the champion's mechanism, not its version number: every rerun registers new
+    # versions, and the page (a DVC output) must be the same bytes for the same results.
+    mechanism = version_tags(model_name(paths.task, prefix), champ).get("mechanism", "?")
+    name = model_name(paths.task, prefix)
+    return champ, f"\nMLflow registry: `models:/{name}@champion` is the {mechanism} model (best {split} {key}).\n"
+
+
+def write_plots(paths: TaskPaths, metrics: dict, cfg: CompareConfig, kinds: dict, display: dict[str, str]) -> Path:
+    """The bar chart (ours and the paper's rows on the first compared split) and the DVC plot CSV."""
+    split = cfg.splits[0]
+    kind = kinds.get(split, "exact_match")
+    columns = list(cfg.columns) + (["all"] if kind == "exact_match" else [])
+    rows = plot_rows(metrics, split, list(cfg.columns), kind)
+    bars = {f"{display.get(m, m)} (ours)": v for m, v in rows.items()}
+    for table_id, table_split in cfg.paper_tables.items():
+        paper = PAPER_TABLES[table_id]
+        if table_split == split:
+            bars.update(
+                {
+                    f"{display.get(m, m)} (paper)": dict(zip(paper["columns"], vals))
+                    for m, vals in paper["rows"].items()
+                    if m in metrics
+                }
+            )
+    png = paths.comparison / f"{paths.task}.png"
+    unit = "accuracy (%), top-1" if kind == "exact_match" else kind
+    grouped_bars(bars, columns, png, f"{paths.task} ({split}): {unit}", unit)
+    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns, display))
+    return png
+
+
+def comparison_metrics(metrics: dict[str, dict]) -> dict[str, float]:
+    """``<mechanism>.<split>.<key>`` for every number a mechanism's metrics.json has per split
+    (groups too: ``copynet.test.x->xx.top1``)."""
+    flat = {}
+    for mech, per_split in metrics.items():
+        for split, values in per_split.items():
+            if not isinstance(values, dict):
+                continue
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "n":
+                    flat[f"{mech}.{split}.{key}"] = value
+            for group, group_values in (values.get("groups") or {}).items():
+                for key, value in group_values.items():
+                    if isinstance(value, (int, float)) and key != "n":
+                        flat[f"{mech}.{split}.{group}.{key}"] = value
+    return flat
+
+
+def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
+    """One task's comparison page, chart, CSV and champion; logged on the pipeline's parent run."""
+    task_name = paths.task
+    cfg, ev = CompareConfig.from_params(params), EvalConfig.from_params(params)
+    metrics = {}
+    for mech in mechanisms:
+        path = paths.evaluation(mech) / "metrics.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no metrics for {task_name}/{mech}; run its evaluate stage first")
+        metrics[mech] = json.loads(path.read_text())
+    for n in cfg.lead:  # model-free rows scored on the same shards (pipeline.reporting.baselines)
+        present = {s: paths.split(s) for s in ev.splits if paths.split(s).is_dir()}
+        metrics[lead_name(n)] = lead_metrics(present, n, ev)
+    display = {**DISPLAY_NAMES, **baseline_names(metrics)}
+    kinds = {split: ev.metric_for(split) for split in ev.splits}
+    manifests = task_manifests(paths.shards)
+    champ, champ_line = choose_champion(paths, params, manifests)
+    text = comparison_markdown(task_name, metrics, cfg, display, kinds) + champ_line
+    md = paths.comparison / f"{task_name}.md"
+    write_text_atomic(md, text)
+    # every row's metrics in one file (the mechanisms' metrics.json and the baselines'), for experiments
+    # that collect runs (scripts/gigaword_curve.sh)
+    write_json_atomic(paths.comparison / f"{task_name}.metrics.json", metrics)
+    png = write_plots(paths, metrics, cfg, kinds, display)
+
+    # The comparison goes on the pipeline's parent run itself, so the experiment's first screen (the
+    # parent run with the mechanisms folded under it) compares them: one metric per mechanism and
+    # split (e.g. copynet.test.top1), the table and the chart as artifacts.
+    experiment = TrackingConfig.from_params(params).experiment(task_name)
+    parent = parent_run(experiment, task_name, pipeline_params(params, task_name), manifests, root=paths.root)
+    csv_path = paths.comparison_plot(task_name)
+    log_to_run(
+        parent,
+        comparison_metrics(metrics),
+        [md, png, csv_path],
+        finished_at_ms=int(time.time() * 1000),
+        tags={"champion_version": str(champ)},
+    )
+    # The experiment's description is the first thing its page shows: the mechanisms ranked on one
+    # line, the full tables when expanded. Each pipeline run replaces it with its own.
+    split, key, higher = primary_metric(params, task_name)
+    ranking = ranking_line(metrics, split, key, higher, display, digits=1)  # as the tables
+    commit = git_commit(paths.root)[:7]
+    describe_experiment(experiment, f"**{ranking}**\n\nPipeline run of commit {commit}.\n\n{text}")
+    return text
+
+
+def run(params_path: str | None = None, step: Callable = lambda fn: fn) -> dict[str, str]:
+    """The stage over every task of params.yaml; ``step`` wraps each task's comparison (a Prefect task
+    in the flow). The pages by task."""
+    params = load_params(params_path)
+    root = project_root(params_path)
+    out = {
+        t: step(compare_task)(TaskPaths(t, root), list(params["mechanisms"]), effective_params(params, t))
+        for t in task_names(params)
+    }
+    for text in out.values():
+        print(text)
+    return out

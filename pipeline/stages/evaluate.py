@@ -1,0 +1,128 @@
+"""evaluate@<task>-<mechanism>: beam search on the test splits, their metrics, the heat map, and the
+model registered (``flows/evaluate.py`` runs :func:`run` as a Prefect flow).
+
+Writes predictions (JSONL per split), metrics.json (read by DVC) and a CopyNet Figure 3-style heat
+map, logs the same metrics dict and files to the mechanism's MLflow run (the training's, found
+through run.json: :mod:`pipeline.tracking.handoff`), and registers the model as an MLflow pyfunc
+(raw text in, output text out) under the task's registered model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.config.params import load_params, project_root
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params
+from pipeline.data.corpora.raw_input import accepts_raw_text, detokenize
+from pipeline.decoding.decode import copy_trace, decode_table
+from pipeline.decoding.scoring import score_records
+from pipeline.decoding.settings import EvalConfig
+from pipeline.io.files import write_json_atomic, write_jsonl_atomic
+from pipeline.io.shards import first_rows, read_split
+from pipeline.reporting.plots import copy_heatmap
+from pipeline.runtime.device import compute_settings, nondeterministic_ops_named, resolve_device
+from pipeline.serving.predictor import ServingConfig
+from pipeline.serving.pyfunc import log_pyfunc_model
+from pipeline.tracking.handoff import RunRecord
+from pipeline.tracking.registry import metric_tags, register
+from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
+from pipeline.tracking.settings import TrackingConfig
+from pipeline.training.checkpoints import load_model
+from pipeline.vocab.vocabulary import Vocab
+
+
+def evaluate_split(
+    model, paths: TaskPaths, mechanism: str, split: str, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device
+) -> dict:
+    """Decode one split (its first ``max_examples`` rows), write its predictions; its metrics."""
+    start = time.perf_counter()
+    table = first_rows(read_split(paths.split(split)), cfg.max_examples)
+    records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}")
+    seconds = time.perf_counter() - start
+    print(
+        f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
+        f"({len(records) / max(seconds, 1e-9):.1f} sentences/s, beam {cfg.beam_size})"
+    )
+    write_jsonl_atomic(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", records)
+    return score_records(records, cfg, split)
+
+
+def heatmap(model, paths: TaskPaths, mechanism: str, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device) -> Path:
+    """CopyNet Figure 3 for the first row of ``cfg.heatmap.split`` whose columns match ``cfg.heatmap.match``."""
+    where = cfg.heatmap
+    split = where.split or cfg.splits[0]
+    table = read_split(paths.split(split))
+    match = dict(where.match)
+    rows = table.select(list(match)).to_pydict()
+    matches = [i for i in range(table.num_rows) if all(rows[c][i] == v for c, v in match.items())]
+    row = matches[0] if matches else 0
+    trace = copy_trace(model, table, row, *vocabs, cfg.max_len, device)
+    out = paths.evaluation(mechanism) / "heatmap.png"
+    copy_heatmap(trace, out, f"{mechanism} on {paths.task}/{split} (row {row}): {trace['kind']}")
+    return out
+
+
+def register_model(run, paths: TaskPaths, mechanism: str, params: dict, metrics: dict, split: str) -> str:
+    """Log the model as an MLflow pyfunc (raw text in, output text out) and register it as a new
+    version of the task's model, tagged with its metrics and data hashes (compare picks the champion)."""
+    task_name = paths.task
+    prepare = params["prepare"][task_name]
+    subword = paths.shards / "subword.model" if prepare.get("subword") else None
+    serving = ServingConfig.from_params(task_name, mechanism, prepare, params["evaluate"], params.get("serving"))
+    example = None  # a corpus whose reader refuses raw text for these settings gets no input example
+    if accepts_raw_text(prepare):
+        first_src = read_split(paths.split(split)).column("src")[0].as_py()
+        example = [detokenize(first_src, prepare, subword)]
+    uri = log_pyfunc_model(
+        run.run_id, paths.checkpoints(mechanism), paths.vocab, serving, input_example=example, subword_model=subword
+    )
+    data = {f"data.{s}.content_sha256": m["content_sha256"] for s, m in task_manifests(paths.shards).items()}
+    return register(
+        uri,
+        task_name,
+        {
+            "mechanism": mechanism,
+            "run_id": run.run_id,
+            "git_commit": git_commit(paths.root),
+            **data,
+            **metric_tags(metrics),
+        },
+        prefix=TrackingConfig.from_params(params).registry_prefix,
+    )
+
+
+def run(task_name: str, mechanism: str, params_path: str | None = None, step: Callable = lambda fn: fn) -> dict:
+    """The stage; ``step`` wraps its units of work (the flow makes them Prefect tasks). The metrics by split."""
+    params = effective_params(load_params(params_path), task_name, mechanism)
+    cfg = EvalConfig.from_params(params)
+    paths = TaskPaths(task_name, project_root(params_path))
+    device = resolve_device(cfg.device)
+    compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
+    vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
+    run_id, model_sha256 = RunRecord.of(paths.train_state(mechanism)).training_run()
+    model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, sha256=model_sha256)
+    splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
+    skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
+    with nondeterministic_ops_named(device, "evaluate.deterministic"):
+        metrics = {split: step(evaluate_split)(model, paths, mechanism, split, vocabs, cfg, device) for split in splits}
+    write_json_atomic(paths.evaluation(mechanism) / "metrics.json", {**metrics, **skipped})
+    plot = step(heatmap)(model, paths, mechanism, vocabs, cfg, device)
+
+    with RunLogger(TrackingConfig.from_params(params).experiment(task_name), mechanism, run_id) as run_:
+        run_.metrics(metrics)
+        run_.tags({f"evaluate.compute.{k}": str(v) for k, v in compute.items()})
+        run_.artifact(plot)
+        run_.artifact(paths.evaluation(mechanism) / "metrics.json")
+        for split in splits:
+            run_.artifact(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", "predictions")
+        version = register_model(run_, paths, mechanism, params, metrics, splits[0])
+        run_.tags({"registered_version": version})
+    for split, m in metrics.items():
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
+        print(f"{task_name}/{mechanism}/{split}: {shown} (n={m['n']})")
+    for split, m in skipped.items():
+        print(f"{task_name}/{mechanism}/{split}: {m['skipped']}")
+    return metrics

@@ -1,0 +1,167 @@
+"""train@<task>-<mechanism>: train one mechanism on one task; the learning curve to MLflow and to DVC's
+plots (``flows/train.py`` runs :func:`run` as a Prefect flow).
+
+With ``train.nproc`` > 1 or ``train.nnodes`` > 1 the training itself runs under torchrun: every
+process runs this module (``python -m pipeline.stages.train --task ... --mechanism ...``,
+:func:`worker_main`; :func:`pipeline.training.distributed.torchrun_command` builds the line), rank 0
+writes the checkpoint directory and logs the learning curve to the stage's MLflow run. The stage
+itself stays one process that opens the MLflow run, launches the job and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.config.params import load_params, project_root
+from pipeline.config.paths import TaskPaths
+from pipeline.config.tasks import effective_params
+from pipeline.io.files import sha256_file, write_text_atomic
+from pipeline.io.shards import read_manifest
+from pipeline.runtime.device import compute_settings, resolve_device
+from pipeline.tracking.handoff import RunRecord
+from pipeline.tracking.runs import (
+    RunLogger,
+    parent_run,
+    pipeline_params,
+    provenance_tags,
+    run_metric_logger,
+    task_manifests,
+)
+from pipeline.tracking.settings import TrackingConfig
+from pipeline.training.distributed import init_from_env, shutdown, torchrun_command
+from pipeline.training.job import TrainJob
+from pipeline.training.loop import without_wall_clock
+
+WORKER = "pipeline.stages.train"  # the module every torchrun process runs (worker_main)
+
+
+def curve_csv(history: list[dict]) -> str:
+    """The learning curve for DVC's plots, without the wall-clock figures (pipeline.training.loop.WALL_CLOCK):
+    the same training writes the same bytes (tokens/s goes to MLflow)."""
+    history = without_wall_clock(history)
+    buf = io.StringIO()
+    columns = list(dict.fromkeys(key for row in history for key in row)) or ["step"]  # every row's keys, in order
+    writer = csv.DictWriter(buf, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    return buf.getvalue()
+
+
+def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None = None) -> dict:
+    """Train ``mechanism`` on ``paths.task`` under its MLflow run (a child of the pipeline run); the last
+    learning-curve row."""
+    task_name = paths.task
+    job = TrainJob(paths, mechanism, params)
+    model_cfg, train_cfg = job.model_cfg, job.train_cfg
+    manifests = {s: read_manifest(paths.split(s)) for s in ("train", "valid")}
+    ckpt_dir = paths.checkpoints(mechanism)
+    _, sizes = job.build_model()
+
+    # Reopen the MLflow run only when resuming an interrupted run of the same configuration
+    # (pipeline.tracking.handoff: run.json, which the evaluate stage reads to reopen the run and check model.pt).
+    record = RunRecord.of(paths.train_state(mechanism))
+    identity = {"model": vars(model_cfg), "train": vars(train_cfg), "data": job.data_hash}
+    previous = record.resumable(identity)
+    experiment = TrackingConfig.from_params(params).experiment(task_name)
+    # One parent run per pipeline run of this task (same commit, task params and data); each
+    # mechanism's run is its child, found again by the evaluate stage through run.json.
+    parent = parent_run(
+        experiment, task_name, pipeline_params(params, task_name), task_manifests(paths.shards), root=paths.root
+    )
+    with RunLogger(
+        experiment,
+        mechanism,
+        previous,
+        tags={
+            **provenance_tags(manifests, task_name, mechanism, paths.root),
+            "task": task_name,
+            "mechanism": mechanism,
+        },
+        parent_run_id=parent,
+    ) as run:
+        record.started(run.run_id, identity)
+        if previous != run.run_id:
+            run.params({"model": vars(model_cfg), "train": vars(train_cfg), **sizes})
+        compute = compute_settings(train_cfg.threads, train_cfg.deterministic)  # what fixes the results
+        run.tags({f"train.compute.{k}": str(v) for k, v in compute.items()})
+        if job.distributed:
+            cmd = torchrun_command(
+                WORKER,
+                worker_args(job, params_path, run.run_id),
+                train_cfg.nproc,
+                train_cfg.nnodes,
+                train_cfg.rdzv_endpoint,
+                rdzv_id=f"{task_name}-{mechanism}",
+            )
+            subprocess.run(cmd, check=True, cwd=paths.root)
+            history = json.loads((ckpt_dir / "history.json").read_text())
+        else:
+            history = job.run(
+                run_key=run.run_id,
+                on_validate=lambda row: run.metrics(row, step=row["step"]),
+                on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]}, step=row["step"]),
+            )
+        write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
+        model_sha256 = sha256_file(ckpt_dir / "model.pt")  # the model this run wrote (evaluate checks it)
+        record.completed(run.run_id, identity, model_sha256)
+    return history[-1] if history else {}
+
+
+def run(task_name: str, mechanism: str, params_path: str | None = None, step: Callable = lambda fn: fn) -> dict:
+    """The stage: the task's effective params for ``mechanism``, then :func:`fit` (as ``step(fit)``:
+    the flow makes it a Prefect task); the last learning-curve row."""
+    params = effective_params(load_params(params_path), task_name, mechanism)
+    last = step(fit)(TaskPaths(task_name, project_root(params_path)), mechanism, params, params_path)
+    print(f"{task_name}/{mechanism}: " + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
+    return last
+
+
+# --------------------------------------------------------------------------- #
+# One process of a torchrun job
+# --------------------------------------------------------------------------- #
+
+
+def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | None) -> list[str]:
+    """The command-line arguments of :func:`worker_main` that rerun ``job`` in another process."""
+    args = ["--task", job.paths.task, "--mechanism", job.mechanism]
+    if params_path:
+        args += ["--params", str(Path(params_path).resolve())]
+    if mlflow_run_id:
+        args += ["--mlflow-run-id", mlflow_run_id, "--run-key", mlflow_run_id]
+    return args
+
+
+def worker_main(argv: list[str] | None = None) -> None:
+    """``python -m pipeline.stages.train --task T --mechanism M [--params F] [--mlflow-run-id ID]``:
+    one process of a torchrun job (rank 0 logs the learning curve to the run ``ID``)."""
+    parser = argparse.ArgumentParser(description="Train one mechanism on one task (one process of a torchrun job).")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--mechanism", required=True)
+    parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
+    parser.add_argument("--mlflow-run-id", default=None, help="rank 0 logs the learning curve to this run")
+    parser.add_argument(
+        "--run-key", default="", help="the training run's identity (a last.pt of another is not resumed)"
+    )
+    args = parser.parse_args(argv)
+    params = effective_params(load_params(args.params), args.task, args.mechanism)
+    job = TrainJob(TaskPaths(args.task, project_root(args.params)), args.mechanism, params)
+    ctx = init_from_env(resolve_device(job.train_cfg.device).type)
+    on_validate = on_step = None
+    if ctx.is_main and args.mlflow_run_id:
+        log = run_metric_logger(args.mlflow_run_id)
+        on_validate = lambda row: log(row, row["step"])  # noqa: E731
+        on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
+    try:
+        job.run(ctx, on_validate, on_step, run_key=args.run_key)
+    finally:
+        shutdown(ctx)
+
+
+if __name__ == "__main__":
+    worker_main()

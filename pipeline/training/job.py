@@ -1,0 +1,97 @@
+"""One training job: (project root, task, mechanism) -> the trained checkpoint directory.
+
+The train stage runs it in its own process, or, with ``train.nproc`` > 1 or ``train.nnodes`` > 1, on
+every process of a torchrun job (:func:`pipeline.stages.train.worker_main`: ``python -m
+pipeline.stages.train``), where rank 0 writes the checkpoint directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.param_count import output_layer_parameters
+from models.registry import model_config, reads_source_words
+from pipeline.config.params import section
+from pipeline.config.paths import TaskPaths
+from pipeline.training.checkpoints import vocab_identity
+from pipeline.training.distributed import ONE_PROCESS, DistContext
+from pipeline.training.loop import build_seeded_model, train
+from pipeline.training.settings import TrainConfig
+from pipeline.vocab.encoded import EncodedSplit
+from pipeline.vocab.vocabulary import Vocab
+
+
+@dataclass
+class TrainJob:
+    paths: TaskPaths
+    mechanism: str
+    params: dict  # the task's effective params (presets applied)
+    vocab_dir: Path | None = None  # vocabularies and encoded splits (default: the vocab stage's output)
+
+    def __post_init__(self) -> None:
+        vocab_dir = self.vocab_dir or self.paths.vocab
+        self.src_vocab = Vocab.load(vocab_dir / "src.vocab")
+        self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
+        self.model_cfg = model_config(
+            section(self.params, "model"), self.mechanism, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
+        )
+        self.train_cfg = TrainConfig.from_dict(section(self.params, "train"))
+        self.splits = {
+            s: EncodedSplit(vocab_dir / "ids" / s, len(self.tgt_vocab), self.train_cfg.max_src_len)
+            for s in ("train", "valid")
+        }
+
+    @property
+    def data_hash(self) -> str:
+        """The id-encoded splits' content hashes (they cover the shards and the vocabularies)."""
+        return "".join(split.manifest["content_sha256"] for split in self.splits.values())
+
+    @property
+    def distributed(self) -> bool:
+        return self.train_cfg.nproc > 1 or self.train_cfg.nnodes > 1
+
+    def build_model(self):
+        model = build_seeded_model(self.mechanism, self.model_cfg, self.train_cfg.seed)
+        return model, {
+            "n_parameters": sum(p.numel() for p in model.parameters()),
+            "output_layer_parameters": output_layer_parameters(model),
+        }  # WEAN Table 5's quantity
+
+    def run(
+        self,
+        ctx: DistContext = ONE_PROCESS,
+        on_validate: Callable[[dict], None] | None = None,
+        on_step: Callable[[dict], None] | None = None,
+        checkpoints: Path | None = None,
+        state: Path | None = None,
+        run_key: str = "",
+    ) -> list[dict]:
+        """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>,
+        model.pt and history.json) with the resumable last.pt in ``state`` (default: the train
+        stage's data/train_state/<task>/<mechanism>, unless ``checkpoints`` is given: then there);
+        ``run_key``: the training run's identity (the train stage's MLflow run id), see pipeline.training.loop."""
+        if state is None:
+            state = checkpoints or self.paths.train_state(self.mechanism)
+        model, _ = self.build_model()
+        source = self.src_vocab if reads_source_words(self.mechanism, self.model_cfg) else None
+        return train(
+            model,
+            self.splits["train"],
+            self.splits["valid"],
+            self.train_cfg,
+            checkpoints or self.paths.checkpoints(self.mechanism),
+            model_config=vars(self.model_cfg),
+            data_hash=self.data_hash,
+            on_validate=on_validate,
+            on_step=on_step,
+            ctx=ctx,
+            source_vocab=source,
+            model_info={
+                "mechanism": self.mechanism,
+                "vocab": {"src": vocab_identity(self.src_vocab), "tgt": vocab_identity(self.tgt_vocab)},
+            },
+            state_dir=state,
+            run_key=run_key,
+        )

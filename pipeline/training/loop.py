@@ -1,0 +1,448 @@
+"""Training loop: token-budget batches from id-encoded splits, Adam or SGD, gradient clipping,
+warm-up and decay, validation and early stopping, atomic step checkpoints that resume exactly,
+data parallelism across processes (DDP), and a guard against non-finite losses.
+
+No Prefect or MLflow in here: callers pass ``on_step`` / ``on_validate`` to log wherever they like.
+
+Checkpoint directory layout (rank 0 writes; every file is written to a temp name and renamed):
+  last.pt      model, optimizer, schedule, early-stopping state and the position in the epoch
+               (epoch, batches done, optimizer steps): written every ``checkpoint_every`` steps,
+               every ``checkpoint_minutes`` minutes, at each validation and at the end of an epoch
+  model.pt     weights of the best validation so far, with the model config (for evaluation)
+  history.json one row per validation (the learning curve)
+
+Resuming happens only when last.pt is unfinished and carries the same fingerprint (model, training
+and data settings); anything else starts afresh, so neither a params change nor a rerun of a finished
+training (e.g. after a code change) continues a stale run. The fingerprint does not cover the code:
+after changing the code under an *interrupted* run, delete its last.pt to start afresh.
+
+Exact resumption: the batches of an epoch are a function of (seed, epoch) and the dropout noise of a
+step is seeded from (seed, step, rank), so no random-number state has to be saved, and a run resumed
+from any checkpoint ends with the weights of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from models.registry import build_model
+from pipeline.io.files import atomic_path, write_json_atomic
+from pipeline.runtime.device import autocast, compute_settings, nondeterministic_ops_named, resolve_device
+from pipeline.training.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
+from pipeline.training.schedule import EarlyStopping, LRSchedule
+from pipeline.training.settings import TrainConfig
+from pipeline.vocab.batching import token_batches
+from pipeline.vocab.encoded import EncodedSplit
+from pipeline.vocab.vocabulary import Vocab
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss or gradient; nothing of that step was saved."""
+
+
+class NoImprovement(RuntimeError):
+    """No validation beat the untrained model's: the run produced no usable model."""
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The random seed of one optimizer step on one rank (dropout, noisy switches)."""
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
+    """The model's initial weights come from the training seed, so a run is reproducible."""
+    seed_everything(seed)
+    return build_model(mechanism, model_cfg)
+
+
+def save_atomic(obj, path: Path) -> None:
+    """torch.save to a temp file in the same directory, then rename: never a half-written file.
+    Saved through an open file, not a path: given a path, torch names the archive inside the file
+    after it (the random temp name), so the same tensors would give other bytes every time."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+
+
+# Learning-curve fields that measure the machine, not the model: they go to MLflow and the log, never
+# into a file DVC tracks (history.json, the learning-curve CSV), so a rerun rewrites those files
+# byte for byte.
+WALL_CLOCK = ("tokens_per_s",)
+
+
+def without_wall_clock(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in history]
+
+
+def fingerprint(*parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def nll_loss(model, batch) -> tuple[torch.Tensor, int]:
+    """Mean loss per target token: in training mode the mechanism's objective (CopyNet eq. 10's
+    negative log-likelihood unless the mechanism trains another, see Seq2Seq.forward), in eval mode
+    the negative log-likelihood for every mechanism (validation loss)."""
+    gold = model(batch)  # (B, T)
+    n_tokens = batch.n_tokens
+    return -gold.sum() / max(n_tokens, 1), n_tokens
+
+
+class BatchDataset(Dataset):
+    """Item i of an epoch: the Batch of the i-th row-index array (built in a DataLoader worker when
+    ``train.workers`` > 0). Holds the split's paths only; the worker memory-maps the data."""
+
+    def __init__(self, split: EncodedSplit, batches: list[np.ndarray], source_vocab: Vocab | None):
+        self.split, self.batches, self.source_vocab = split, batches, source_vocab
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int):
+        return self.split.batch(self.batches[i], self.source_vocab)
+
+
+def batch_loader(
+    split: EncodedSplit, batches: list[np.ndarray], cfg: TrainConfig, device: torch.device, source_vocab: Vocab | None
+) -> DataLoader:
+    return DataLoader(
+        BatchDataset(split, batches, source_vocab),
+        batch_size=None,
+        shuffle=False,
+        num_workers=cfg.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=False,
+        prefetch_factor=4 if cfg.workers else None,
+    )
+
+
+def row_range(split: EncodedSplit, limit: int | None) -> np.ndarray:
+    """Indices of the split's first ``limit`` rows (all when None)."""
+    return np.arange(len(split) if limit is None else min(limit, len(split)))
+
+
+def epoch_batches(
+    lengths: tuple[np.ndarray, np.ndarray], rows: np.ndarray, cfg: TrainConfig, shuffle: bool, seed: int
+) -> list[np.ndarray]:
+    """Row-index arrays of one pass over ``rows`` (token-budget batches, see batching.token_batches)."""
+    src_len, tgt_len = lengths
+    return [
+        rows[b]
+        for b in token_batches(src_len[rows], tgt_len[rows], cfg.batch_size, cfg.max_tokens, shuffle=shuffle, seed=seed)
+    ]
+
+
+@torch.no_grad()
+def evaluate_loss(
+    model,
+    split: EncodedSplit,
+    cfg: TrainConfig,
+    device: torch.device,
+    ctx: DistContext = ONE_PROCESS,
+    source_vocab: Vocab | None = None,
+) -> dict:
+    """Validation loss and perplexity: log p(y) per target token over the split's first
+    ``max_valid_examples`` rows, shared out over the ranks and summed."""
+    model.eval()
+    rows = row_range(split, cfg.max_valid_examples)
+    batches = epoch_batches(split.lengths(), rows, cfg, shuffle=False, seed=0)
+    totals = torch.zeros(2, dtype=torch.float64, device=device)  # (-sum log p, tokens)
+    for rows_b in batches[ctx.rank :: ctx.world]:
+        batch = split.batch(rows_b, source_vocab).to(device)
+        with autocast(device, cfg.amp):
+            gold = model(batch)
+        totals += torch.stack(
+            [-gold.double().sum(), torch.tensor(float(batch.n_tokens), device=device, dtype=torch.float64)]
+        )
+    total, tokens = all_reduce_sum(totals, ctx).tolist()
+    mean = total / max(tokens, 1)
+    return {"valid_loss": mean, "valid_ppl": math.exp(min(mean, 50.0))}
+
+
+@dataclass
+class Progress:
+    """Where a run stands; saved in last.pt."""
+
+    epoch: int = 1  # the epoch in progress (1-based)
+    batch: int = 0  # this rank's batches of the epoch already trained on
+    step: int = 0  # optimizer steps done
+    loss_sum: float = 0.0  # objective summed over target tokens since the last validation (all ranks)
+    tokens: int = 0  # target tokens since the last validation (all ranks)
+    best: float = math.inf  # best validation loss (model.pt); history[0] is the untrained model's
+    completed: bool = False
+    history: list[dict] = field(default_factory=list)
+
+
+def train(
+    model: torch.nn.Module,
+    train_split: EncodedSplit,
+    valid_split: EncodedSplit,
+    cfg: TrainConfig,
+    ckpt_dir: Path,
+    model_config: dict,
+    data_hash: str = "",
+    on_validate: Callable[[dict], None] | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    progress: bool | None = None,
+    ctx: DistContext = ONE_PROCESS,
+    source_vocab: Vocab | None = None,
+    model_info: dict | None = None,
+    state_dir: Path | None = None,
+    run_key: str = "",
+) -> list[dict]:
+    """Train; returns the learning curve (one dict per validation, the first at step 0: the untrained
+    model). ``source_vocab``: pass it for a model that reads source words (Read-Again's sentence
+    ends). ``model_info``: what model.pt records besides weights and config (pipeline.training.checkpoints:
+    mechanism, vocabularies). ``ckpt_dir`` receives model.pt and history.json, whose bytes depend on
+    the inputs only (no run identity, no wall-clock figure: DVC tracks them); ``state_dir`` (default
+    ``ckpt_dir``) the resumable last.pt. ``run_key``: the training run's identity (the train stage's
+    MLflow run id): a last.pt of another run is never resumed. Raises ``NonFiniteLoss`` on a NaN/inf
+    loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
+    ckpt_dir = Path(ckpt_dir)
+    state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
+    device = resolve_device(cfg.device, ctx.local_rank if ctx.enabled else None)
+    compute_settings(cfg.threads, cfg.deterministic)
+    model.to(device)
+    if cfg.compile:
+        model.compile_recurrence()
+    net = (
+        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if ctx.enabled
+        else model
+    )
+    optimizer = _optimizer(cfg, model, device)
+    schedule, stopper, prog = cfg.schedule(), EarlyStopping(cfg.patience, cfg.min_delta), Progress()
+    # A run resumes only its own last.pt: same settings, data and training run. The run is in the
+    # fingerprint because model.pt (the best validation so far) may date from before the interruption:
+    # resumed under another MLflow run (the first one was not found again), the run that logged the
+    # early epochs would not be the one the model is registered under. Such a run starts afresh.
+    fp = fingerprint(asdict(cfg), model_config, {"data": data_hash, **(model_info or {}), "run": run_key})
+
+    last = state_dir / "last.pt"
+    if ctx.is_main:  # temp files of a write that a killed run never finished
+        for stale in {*ckpt_dir.glob(".*.tmp"), *state_dir.glob(".*.tmp")}:
+            stale.unlink(missing_ok=True)
+    ckpt = _load_resumable(last, device)
+    resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
+    if ckpt is not None and ckpt.get("fingerprint") != fp and ctx.is_main:
+        print(f"{last} is of other settings, data or training run; starting afresh", file=sys.stderr)
+    if not resumed and ctx.is_main:  # a fresh run: no output of a previous run may stay behind as its own
+        for name in ("model.pt", "history.json"):
+            (ckpt_dir / name).unlink(missing_ok=True)
+    if resumed:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        schedule.load_state_dict(ckpt["schedule"])
+        stopper.load_state_dict(ckpt["early_stopping"])
+        prog = Progress(**ckpt["progress"])
+        if ctx.is_main:
+            print(f"resuming from {last} at epoch {prog.epoch}, batch {prog.batch}, step {prog.step}", file=sys.stderr)
+
+    def checkpoint() -> None:
+        if ctx.is_main:
+            save_atomic(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "early_stopping": stopper.state_dict(),
+                    "progress": asdict(prog),
+                    "fingerprint": fp,
+                },
+                last,
+            )
+
+    def validate(seconds: float) -> None:
+        row = {
+            "step": prog.step,
+            "epoch": prog.epoch if prog.step else 0,
+            "train_loss": prog.loss_sum / prog.tokens if prog.tokens else None,
+            "lr": optimizer.param_groups[0]["lr"],
+            "tokens_per_s": prog.tokens / max(seconds, 1e-9),
+            "processes": ctx.world,
+        }
+        with nondeterministic_ops_named(device, "train.deterministic"):
+            row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
+        if not math.isfinite(row["valid_loss"]):
+            raise NonFiniteLoss(
+                f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
+                f"nothing of this run was saved after step {prog.step}"
+            )
+        model.train()
+        prog.history.append(row)
+        prog.loss_sum, prog.tokens = 0.0, 0
+        if row["valid_loss"] < prog.best:
+            prog.best = row["valid_loss"]
+            if ctx.is_main:
+                save_atomic(
+                    {
+                        "model": model.state_dict(),
+                        "model_config": model_config,
+                        **(model_info or {}),
+                        "step": prog.step,
+                        "epoch": prog.epoch,
+                        "valid_loss": prog.best,
+                    },
+                    ckpt_dir / "model.pt",
+                )
+        schedule.observe(row["valid_loss"])
+        stopper.observe(row["valid_loss"])
+        if ctx.is_main:
+            write_json_atomic(ckpt_dir / "history.json", without_wall_clock(prog.history))
+            trained = f"train_loss {row['train_loss']:.4f} " if row["train_loss"] is not None else "(untrained) "
+            print(
+                f"step {prog.step} (epoch {row['epoch']}): {trained}valid_loss {row['valid_loss']:.4f} "
+                f"lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)",
+                file=sys.stderr,
+            )
+            if on_validate is not None:
+                on_validate(row)
+
+    def finished() -> bool:
+        return stopper.should_stop or (cfg.max_steps is not None and prog.step >= cfg.max_steps)
+
+    rows = row_range(train_split, cfg.max_train_examples)
+    lengths = train_split.lengths()
+    if not prog.history:  # the untrained model's validation loss: the baseline training must beat
+        validate(0.0)
+    model.train()
+    clock = last_ckpt = time.perf_counter()
+    while prog.epoch <= cfg.epochs and not finished():
+        batches = shard_batches(epoch_batches(lengths, rows, cfg, shuffle=True, seed=cfg.seed + prog.epoch), ctx)
+        loader = batch_loader(train_split, batches[prog.batch :], cfg, device, source_vocab)
+        bar = tqdm(
+            loader,
+            desc=f"epoch {prog.epoch}/{cfg.epochs}",
+            unit="batch",
+            initial=prog.batch,
+            total=len(batches),
+            disable=True
+            if not ctx.is_main
+            else (None if progress is None else not progress),  # None: off without a TTY
+            mininterval=1.0,
+            leave=False,
+        )
+        for batch in bar:
+            batch = batch.to(device, non_blocking=True)
+            with nondeterministic_ops_named(device, "train.deterministic"):
+                loss_value = _train_step(net, model, optimizer, schedule, batch, cfg, device, ctx, prog)
+            prog.batch += 1
+            if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
+                on_step(
+                    {"step": prog.step, "epoch": prog.epoch, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]}
+                )
+            if cfg.validate_every and prog.step % cfg.validate_every == 0:
+                validate(time.perf_counter() - clock)
+                clock = time.perf_counter()
+                checkpoint()
+                last_ckpt = time.perf_counter()
+            elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or (
+                cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes
+            ):
+                checkpoint()
+                last_ckpt = time.perf_counter()
+            if finished():
+                break
+        if finished():
+            break
+        if not cfg.validate_every:  # validate at each epoch's end
+            validate(time.perf_counter() - clock)
+            clock = time.perf_counter()
+        prog.epoch, prog.batch = prog.epoch + 1, 0
+        if prog.epoch <= cfg.epochs and not finished():
+            checkpoint()
+            last_ckpt = time.perf_counter()
+    if prog.tokens and not stopper.should_stop:  # steps since the last validation (max_steps, validate_every)
+        validate(time.perf_counter() - clock)
+    prog.completed = True
+    checkpoint()
+    initial = prog.history[0]["valid_loss"]
+    if not prog.best < initial:
+        if ctx.is_main:
+            (ckpt_dir / "model.pt").unlink(missing_ok=True)
+        raise NoImprovement(
+            f"training did not improve on the untrained model's validation loss {initial:.4f} (best "
+            f"{prog.best:.4f} after {prog.step} steps); model.pt removed, so this run's model cannot be "
+            "evaluated or registered. Check train.lr (too high diverges, too low stalls), the data and the epochs."
+        )
+    return prog.history
+
+
+def _load_resumable(path: Path, device: torch.device) -> dict | None:
+    """last.pt if it is a step checkpoint of this format (tensors and plain data only), else None."""
+    if not path.exists():
+        return None
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - an older format or a foreign file: never resume from it
+        print(f"{path} is not a resumable checkpoint ({type(err).__name__}); starting afresh", file=sys.stderr)
+        return None
+    return ckpt if isinstance(ckpt, dict) and "progress" in ckpt else None
+
+
+def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    # Fused Adam (one kernel over all parameters, CPU and CUDA) instead of the per-tensor loop.
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type in ("cpu", "cuda"))
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr)
+
+
+def _train_step(
+    net,
+    model,
+    optimizer,
+    schedule: LRSchedule,
+    batch,
+    cfg: TrainConfig,
+    device: torch.device,
+    ctx: DistContext,
+    prog: Progress,
+) -> float:
+    """One optimizer step on this rank's batch; returns the step's mean loss over all ranks' tokens."""
+    step = prog.step + 1
+    lr = schedule.at(step, prog.epoch)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    torch.manual_seed(step_seed(cfg.seed, step, ctx.rank))  # dropout noise: a function of the step
+    tokens = all_reduce_sum(torch.tensor([float(batch.n_tokens)], device=device), ctx)  # all ranks' tokens
+    with autocast(device, cfg.amp):
+        gold = net(batch)  # (B, T) per-token objective, 0 at padding
+    total = -gold.sum()
+    # DDP averages gradients over ranks: scaling by world / all tokens makes the average the gradient
+    # of the mean over every rank's tokens, as one process on the combined batch.
+    loss = total * ctx.world / tokens[0]
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+    summed = all_reduce_sum(total.detach().reshape(1).double(), ctx)
+    value = float(summed[0]) / float(tokens[0])
+    if not (math.isfinite(value) and math.isfinite(float(grad_norm))):
+        raise NonFiniteLoss(
+            f"non-finite training loss {value} (gradient norm {float(grad_norm)}) at step {step} (epoch "
+            f"{prog.epoch}, batch {prog.batch + 1} of the epoch on rank {ctx.rank}); rows {batch.ids[:20]}"
+            f"{' ...' if len(batch.ids) > 20 else ''}. The step was not applied and no checkpoint was written "
+            f"after step {prog.step}. Lower train.lr, add warm-up (train.warmup_steps) or check these rows."
+        )
+    optimizer.step()
+    prog.step = step
+    prog.loss_sum += value * float(tokens[0])
+    prog.tokens += int(tokens[0])  # every rank's tokens: train_loss and tokens/s cover the whole job
+    return value

@@ -1,0 +1,76 @@
+"""The ``train`` section of params.yaml as a typed, checked settings object (docs/training.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.config.validation import dataclass_from_dict
+from pipeline.training.schedule import LRSchedule
+
+AMP_MODES = ("auto", "bf16", "off")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 10
+    max_steps: int | None = None  # stop after this many optimizer steps (fairseq --max-update)
+    batch_size: int = 64  # sentences per batch (per process)
+    max_tokens: int | None = None  # padded source + target positions per batch (fairseq --max-tokens)
+    lr: float = 1e-3
+    clip: float = 5.0  # max gradient L2 norm
+    seed: int = 1234
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    max_src_len: int | None = None
+    threads: int = 0  # torch CPU threads (0: torch's default); a fixed count fixes the reduction order
+    deterministic: bool = False  # torch.use_deterministic_algorithms: the same params give the same weights
+    optimizer: str = "adam"  # adam | sgd (Read-Again 4.1: SGD, lr 2, halved after epoch 5)
+    lr_halve_after: int | None = None  # halve the learning rate after every epoch >= this one
+    warmup_steps: int = 0  # linear warm-up over the first N optimizer steps
+    lr_decay: str = "none"  # none | inverse_sqrt | plateau
+    plateau_factor: float = 0.5  # plateau decay: lr x this after plateau_patience bad validations
+    plateau_patience: int = 1
+    min_lr: float = 0.0
+    patience: int | None = None  # early stopping: validations without improvement (null: never)
+    min_delta: float = 0.0  # an improvement must lower the validation loss by more than this
+    validate_every: int | None = None  # optimizer steps between validations (null: at each epoch's end)
+    checkpoint_every: int | None = None  # optimizer steps between checkpoints (besides validations)
+    checkpoint_minutes: float | None = None  # minutes between checkpoints
+    log_every: int = 50  # optimizer steps between on_step reports (train loss, lr, tokens/s)
+    amp: str = "auto"  # auto: bf16 autocast on CUDA only | bf16: also on the CPU | off
+    compile: bool = (
+        False  # torch.compile the decoder's per-step recurrence and the output layer (Seq2Seq.compile_recurrence)
+    )
+    workers: int = 0  # DataLoader worker processes building batches (0: in the training process)
+    nproc: int = 1  # processes per machine (torchrun; one per GPU)
+    nnodes: int = 1  # machines
+    rdzv_endpoint: str | None = None  # host:port of torchrun's rendezvous when nnodes > 1
+    max_train_examples: int | None = None  # the first N training rows only (cpu presets)
+    max_valid_examples: int | None = None  # the first N validation rows only
+
+    def __post_init__(self):
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"train.amp must be one of {AMP_MODES}, got {self.amp!r}")
+        for name in ("batch_size", "nproc", "nnodes", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_steps", "max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"train.{name} must be positive or null, got {value}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        return dataclass_from_dict(cls, d)
+
+    def schedule(self) -> LRSchedule:
+        return LRSchedule(
+            self.lr,
+            self.warmup_steps,
+            self.lr_decay,
+            self.lr_halve_after,
+            self.plateau_factor,
+            self.plateau_patience,
+            self.min_lr,
+        )

@@ -1,0 +1,130 @@
+"""Every stage's Prefect flow, run in-process under Prefect's test harness on a tiny project."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.runtime.math_pins import cpu_model
+
+pytestmark = pytest.mark.slow
+
+
+def test_all_flows_end_to_end(harness, tiny_project):
+    from flows.compare import compare_flow
+    from flows.evaluate import evaluate_flow
+    from flows.prepare import prepare_corpus
+    from flows.train import train_flow
+    from flows.vocab import vocab_flow
+    from pipeline.io.shards import read_manifest
+
+    params = str(tiny_project / "params.yaml")
+    manifests = prepare_corpus("copy_rules", params)
+    # 5 rules x 8 instances: 4 train (1 valid carved out) and 4 test per rule; 2 unseen per rule.
+    assert {s: m["rows"] for s, m in manifests.items()} == {"train": 15, "valid": 5, "test": 20, "test_unseen": 10}
+    assert read_manifest(tiny_project / "data/shards/copy_rules/train")["rows_in"] == 15
+
+    sizes = vocab_flow("copy_rules", params)
+    vocab_lines = (tiny_project / "data/vocab/copy_rules/src.vocab").read_text().splitlines()
+    assert len(vocab_lines) == sizes["src"] and vocab_lines[0] == "<pad>\t0"
+
+    for mech in ("rnnsearch", "copynet"):
+        last = train_flow("copy_rules", mech, params)
+        assert last["epoch"] == 2 and last["valid_loss"] > 0
+        ckpt = tiny_project / f"data/checkpoints/copy_rules/{mech}"
+        state = tiny_project / f"data/train_state/copy_rules/{mech}"
+        assert sorted(p.name for p in ckpt.iterdir()) == ["history.json", "model.pt"]  # the DVC output
+        assert (state / "last.pt").exists() and json.loads((state / "run.json").read_text())["completed"]
+        curve = (tiny_project / f"data/plots/learning_curves/copy_rules/{mech}.csv").read_text().splitlines()
+        assert curve[0].startswith("step,epoch,") and len(curve) == 4  # header, step 0, 2 epochs
+
+        metrics = evaluate_flow("copy_rules", mech, params)
+        on_disk = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())
+        assert on_disk == metrics
+        assert metrics["test"]["n"] == 20 and metrics["test_unseen"]["n"] == 10
+        assert 0.0 <= metrics["test"]["top1"] <= metrics["test"]["top10"] <= 100.0
+        preds = (tiny_project / f"data/eval/runs/copy_rules/{mech}/predictions/test.jsonl").read_text().splitlines()
+        assert len(preds) == 20 and len(json.loads(preds[0])["nbest"]) == 3
+
+    import yaml
+
+    p = yaml.safe_load((tiny_project / "params.yaml").read_text())
+    p["mechanisms"] = ["rnnsearch", "copynet"]
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(p))
+    tables = compare_flow(params)
+    text = tables["copy_rules"]
+    assert "| RNNSearch (ours) |" in text and "| CopyNet (paper) | 97.3 | 93.7 | 98.3 | 68.2 | 77.5 |" in text
+    assert (tiny_project / "data/eval/comparison/copy_rules.png").stat().st_size > 1000
+
+    # The same runs are in MLflow: one run per mechanism holding train and test metrics.
+    import mlflow
+
+    runs = mlflow.search_runs(experiment_names=["copy_rules"])
+    by_name = {r["tags.mlflow.runName"]: r for _, r in runs.iterrows()}
+    for mech in ("rnnsearch", "copynet"):
+        m = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())
+        assert by_name[mech]["metrics.test.top1"] == pytest.approx(m["test"]["top1"])
+        assert by_name[mech]["metrics.valid_loss"] > 0
+        # What decided the run's arithmetic (pipeline.runtime.math_pins): this test process imported torch
+        # before any pinning, and the tags say so rather than claim it pinned.
+        for stage in ("train", "evaluate"):
+            assert by_name[mech][f"tags.{stage}.compute.cpu"] == cpu_model()
+            assert by_name[mech][f"tags.{stage}.compute.math_pinned"] == "false"
+            assert by_name[mech][f"tags.{stage}.compute.threads"] == "1"  # tiny_params' fixed count
+    # The experiment opens on runs (a model-training experiment), and the pipeline's parent run
+    # holds the comparison: a metric per mechanism and split, the table and the chart.
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name("copy_rules")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    [parent] = [r for _, r in runs.iterrows() if r["tags.kind"] == "pipeline"]
+    cn = json.loads((tiny_project / "data/eval/runs/copy_rules/copynet/metrics.json").read_text())
+    assert parent["metrics.copynet.test.top1"] == pytest.approx(cn["test"]["top1"])
+    assert parent["metrics.rnnsearch.test_unseen.top1"] >= 0 and parent["status"] == "FINISHED"
+    names = {a.path for a in client.list_artifacts(parent["run_id"])}
+    assert {"copy_rules.md", "copy_rules.png", "copy_rules.csv"} <= names
+    assert all(by_name[m]["tags.mlflow.parentRunId"] == parent["run_id"] for m in ("rnnsearch", "copynet"))
+    # ... and the experiment's description, the first line of its page, ranks the mechanisms.
+    rn = json.loads((tiny_project / "data/eval/runs/copy_rules/rnnsearch/metrics.json").read_text())
+    first_line = experiment.tags["mlflow.note.content"].splitlines()[0]
+    ranked = sorted([("RNNSearch", rn["test"]["top1"]), ("CopyNet", cn["test"]["top1"])], key=lambda x: -x[1])
+    assert first_line == f"**test top1: {ranked[0][0]} {ranked[0][1]:.1f} · {ranked[1][0]} {ranked[1][1]:.1f}**"
+    assert "| CopyNet (paper) | 97.3 |" in experiment.tags["mlflow.note.content"]
+
+    # compare.lead adds a model-free row scored on the same test rows: the first N source tokens
+    p["task_settings"]["copy_rules"].setdefault("compare", {})["lead"] = [3]
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(p))
+    text = compare_flow(params)["copy_rules"]
+    assert "| Lead-3 (first 3 source tokens) (ours) |" in text
+    every = json.loads((tiny_project / "data/eval/comparison/copy_rules.metrics.json").read_text())
+    assert set(every) == {"rnnsearch", "copynet", "lead3"} and every["copynet"] == cn
+    from pipeline.io.shards import read_split
+
+    test = read_split(tiny_project / "data/shards/copy_rules/test").to_pylist()
+    by_hand = 100 * sum(r["src"][:3] == r["tgt"] for r in test) / len(test)
+    assert every["lead3"]["test"]["top1"] == pytest.approx(by_hand) and every["lead3"]["test"]["n"] == 20
+
+
+_FAILED_ONCE: set[int] = set()
+
+
+def _flaky_double(chunk: list[int]) -> list[int]:
+    """Fails the first time it sees a chunk starting with 3 (a transient failure), then works."""
+    if chunk[0] == 3 and 3 not in _FAILED_ONCE:
+        _FAILED_ONCE.add(3)
+        raise OSError("transient")
+    return [2 * x for x in chunk]
+
+
+def test_prefect_map_orders_results_and_retries_a_failed_chunk(harness):
+    from prefect import flow
+
+    from flows.prepare import prefect_map
+    from pipeline.io.parallel import chunked
+
+    @flow
+    def mapped() -> list[list[int]]:
+        return list(prefect_map(workers=2, local_pool=False)(_flaky_double, chunked(range(10), 3)))
+
+    assert mapped() == [[0, 2, 4], [6, 8, 10], [12, 14, 16], [18]]
+    assert _FAILED_ONCE == {3}  # the chunk failed once and its retry succeeded

@@ -1,0 +1,55 @@
+"""pipeline.decoding.scoring.score_records: each split scored by the task's metric, with every reference."""
+
+from __future__ import annotations
+
+from pipeline.decoding.scoring import score_records
+from pipeline.decoding.settings import EvalConfig
+from pipeline.metrics.registry import text_metrics
+
+RECORDS = [
+    {
+        "src": ["the", "cat", "sat", "on", "the", "mat"],
+        "tgt": ["cat", "sat"],
+        "pred": ["the", "cat", "sat"],
+        "nbest": [["the", "cat", "sat"]],
+        "refs": [["cat", "sat"], ["a", "cat", "sat", "down"]],
+        "refs_raw": ["Cat sat.", "A cat sat down."],
+    },
+    {
+        "src": ["dogs", "bark", "loudly"],
+        "tgt": ["dogs", "bark"],
+        "pred": ["dog", "barks"],
+        "nbest": [["dog", "barks"]],
+        "refs": [["dogs", "bark"], ["dogs", "barking"]],
+        "refs_raw": ["Dogs bark.", "Dogs barking."],
+    },
+]
+
+
+def test_text_metric_uses_all_references_and_the_split_override():
+    cfg = EvalConfig.from_dict(
+        {"metric": "rouge_f", "split_metrics": {"valid": "rouge_recall_75"}, "splits": ["test", "valid"]}
+    )
+    test = score_records(RECORDS, cfg, "test")
+    expected = text_metrics("rouge_f", [r["pred"] for r in RECORDS], [r["refs"] for r in RECORDS])
+    assert test == {"metric": "rouge_f", **expected}
+    # with one reference only the score differs: the second reference counts
+    single = text_metrics("rouge_f", [r["pred"] for r in RECORDS], [[r["tgt"]] for r in RECORDS])
+    assert single["rouge1"] != test["rouge1"]
+    valid = score_records(RECORDS, cfg, "valid")  # DUC convention on the raw references
+    assert valid["metric"] == "rouge_recall_75"
+    assert (
+        valid["rouge1"]
+        == text_metrics(
+            "rouge_recall_75",
+            [r["pred"] for r in RECORDS],
+            [r["refs"] for r in RECORDS],
+            refs_raw=[r["refs_raw"] for r in RECORDS],
+        )["rouge1"]
+    )
+
+
+def test_exact_match_stays_the_default():
+    cfg = EvalConfig.from_dict({"topk": 1})
+    out = score_records(RECORDS, cfg, "test")
+    assert out["n"] == 2 and out["top1"] == 0.0  # neither prediction equals its tgt

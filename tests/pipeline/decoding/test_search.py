@@ -1,0 +1,128 @@
+"""The search's options (pipeline.decoding.search): min_len blocks </s>, n-gram blocking, the GNMT
+length penalty, with every mechanism. That beam search equals brute force, that a batch decodes as its
+examples alone and that greedy equals beam 1 is part of every mechanism's contract
+(tests/models/test_contract.py).
+
+Tiny random models of every mechanism, a decoder vocabulary of the 4 specials + 2 words, and
+sources holding a decoder OOV, so the extended vocabulary (V + X = 7 ids) is part of the search
+(tests/helpers.py: ``search_model``, ``search_batch``). Marked ``device``: the models and batches live
+on ``--device`` (``pytest --device cuda -m device``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.registry import MECHANISMS
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import EOS
+from tests.helpers import LIVE, SEARCH_SRC_VOCAB, SEARCH_SRCS, SEARCH_TGT_VOCAB, search_batch, search_model
+
+V = len(SEARCH_TGT_VOCAB)  # 6; "c" and "z" are OOV
+MECHS = sorted(MECHANISMS)
+DEVICE = torch.device("cpu")  # set from --device for every test (the autouse fixture below)
+pytestmark = pytest.mark.device
+
+
+@pytest.fixture(autouse=True)
+def _on_device(device: torch.device):
+    global DEVICE
+    DEVICE = device
+    yield
+    DEVICE = torch.device("cpu")
+
+
+def _model(name: str, seed: int = 0, scale: float = 3.0):
+    return search_model(name, DEVICE, seed=seed, scale=scale)
+
+
+def _batch(srcs=SEARCH_SRCS):
+    return search_batch(DEVICE, srcs)
+
+
+def test_fixture_has_an_extended_vocabulary() -> None:
+    b = collate(SEARCH_SRCS, None, SEARCH_SRC_VOCAB, SEARCH_TGT_VOCAB)
+    assert b.n_ext == 1 and b.oovs == [["z"], ["c"], []]
+    assert b.src_ext[1].tolist() == [V, 4, V, 5, 4]
+
+
+class _EosBias:
+    """Wraps a model so that </s> gets ``bias`` more log-odds (then renormalised)."""
+
+    def __init__(self, model, bias: float):
+        self.model, self.bias = model, bias
+
+    def encode(self, batch):
+        return self.model.encode(batch)
+
+    def step(self, state, prev_ids):
+        log_probs, state = self.model.step(state, prev_ids)
+        log_probs = log_probs.clone()
+        log_probs[:, EOS] += self.bias
+        return torch.log_softmax(log_probs, dim=-1), state
+
+
+@pytest.mark.parametrize("name", MECHS)
+def test_min_len_blocks_eos(name: str) -> None:
+    model = _EosBias(_model(name, seed=3), bias=30.0)
+    free = beam_search(model, _batch(), beam_size=3, max_len=8)
+    assert all(hyps[0].ids == [EOS] for hyps in free)  # without min_len </s> wins at once
+    min_len = 3
+    blocked = beam_search(model, _batch(), beam_size=3, max_len=8, min_len=min_len)
+    for hyps in blocked:
+        live = [h for h in hyps if h.score > LIVE]
+        assert len(live) == 3
+        for h in live:
+            assert EOS not in h.ids[:min_len]
+        # </s> is allowed (and, being favoured, taken) right after min_len tokens.
+        assert hyps[0].ids[min_len] == EOS and len(hyps[0].ids) == min_len + 1
+    g = greedy(model, _batch(), max_len=8)
+    assert all(h.ids == [EOS] for h in g)
+
+
+def _repeats_bigram(ids: list[int]) -> bool:
+    grams = list(zip(ids, ids[1:]))
+    return len(grams) != len(set(grams))
+
+
+@pytest.mark.parametrize("name", MECHS)
+def test_block_ngram_never_repeats_a_bigram(name: str) -> None:
+    model = _model(name, seed=4)
+    kw = dict(beam_size=4, max_len=6, min_len=6)  # no </s>: 6 tokens, 5 bigrams each
+    free = beam_search(model, _batch(), **kw)
+    assert any(_repeats_bigram(h.ids) for hyps in free for h in hyps)  # the check can fail
+    blocked = beam_search(model, _batch(), block_ngram=2, **kw)
+    for hyps in blocked:
+        assert hyps[0].score > LIVE and len(hyps[0].ids) == 6
+        for h in hyps:
+            if h.score > LIVE:
+                assert not _repeats_bigram(h.ids), h.ids
+    # Blocking costs probability: the best blocked hypothesis never beats the best free one.
+    for f, b in zip(free, blocked):
+        assert b[0].score <= f[0].score + 1e-5
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0, 2.0])
+def test_length_penalty_is_gnmt(alpha: float) -> None:
+    model = _EosBias(_model("copynet", seed=5), bias=2.0)  # a mix of short and long hypotheses
+    kw = dict(beam_size=8, max_len=6)
+    plain = beam_search(model, _batch(), **kw)
+    pen = beam_search(model, _batch(), length_penalty=alpha, **kw)
+    reordered = False
+    for p_hyps, l_hyps in zip(plain, pen):
+        # The search is the same; only the final ranking changes.
+        assert sorted((tuple(h.ids), round(h.score, 4)) for h in p_hyps) == sorted(
+            (tuple(h.ids), round(h.score, 4)) for h in l_hyps
+        )
+        for h in l_hyps:
+            lp = ((5.0 + len(h.ids)) / 6.0) ** alpha  # |y| counts </s> when present
+            assert h.rank_score == pytest.approx(h.score / lp, rel=1e-5, abs=1e-5)
+        assert [h.rank_score for h in l_hyps] == sorted((h.rank_score for h in l_hyps), reverse=True)
+        expected = sorted(p_hyps, key=lambda h: -h.score / ((5.0 + len(h.ids)) / 6.0) ** alpha)
+        assert [h.ids for h in l_hyps] == [h.ids for h in expected]
+        reordered |= [h.ids for h in l_hyps] != [h.ids for h in p_hyps]
+        lens = {len(h.ids) for h in p_hyps if h.score > LIVE}
+        assert len(lens) > 1  # hypotheses of different lengths compete
+    assert reordered  # the penalty changed some ranking, as the formula predicts

@@ -1,0 +1,129 @@
+"""Data parallelism: two CPU processes on gloo (DistributedDataParallel, as torchrun runs them) take
+the same optimizer steps as one process on the combined batch, for every mechanism."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from models.registry import MECHANISMS, model_config
+from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples
+from pipeline.training.distributed import DistContext, shard_batches, torchrun_command
+from pipeline.training.loop import Progress, _optimizer, _train_step, build_seeded_model
+from pipeline.training.settings import TrainConfig
+from pipeline.vocab.batching import collate
+from pipeline.vocab.vocabulary import build_vocab
+from tests.helpers import free_port
+
+STEPS = 2  # a second step catches parameters DDP never saw a gradient for
+
+
+def _data():
+    rows = generate_examples(RulesConfig(n_rules=4, instances_per_rule=8, unseen_per_rule=1, max_filler=4))["train"]
+    counts: dict[str, int] = {}
+    for r in rows:
+        for tok in r["src"] + r["tgt"]:
+            counts[tok] = counts.get(tok, 0) + 1
+    vocab = build_vocab(counts)
+    halves = [rows[0:6], rows[6:14]]  # unequal sizes and token counts
+
+    def batch(part):
+        return collate([r["src"] for r in part], [r["tgt"] for r in part], vocab, vocab)
+
+    return vocab, [batch(h) for h in halves], batch(halves[0] + halves[1])
+
+
+def _setup(mechanism: str, vocab):
+    cfg = model_config(
+        {"emb": 8, "hidden": 6, "pointer_softmax": {"shortlist": 12}},
+        mechanism,
+        src_vocab=len(vocab),
+        tgt_vocab=len(vocab),
+    )
+    train_cfg = TrainConfig(seed=3, clip=1.0)
+    model = build_seeded_model(mechanism, cfg, 0).train()
+    return model, train_cfg, _optimizer(train_cfg, model, torch.device("cpu"))
+
+
+def _steps(net, model, optimizer, train_cfg, batch, ctx: DistContext) -> dict:
+    prog, schedule = Progress(), train_cfg.schedule()
+    losses = [
+        _train_step(net, model, optimizer, schedule, batch, train_cfg, torch.device("cpu"), ctx, prog)
+        for _ in range(STEPS)
+    ]
+    return {
+        "losses": losses,
+        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
+    }
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pipeline.training.distributed import init_from_env, shutdown
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    ctx = init_from_env("cpu")
+    vocab, halves, _ = _data()
+    results = {}
+    for mechanism in sorted(MECHANISMS):
+        model, train_cfg, optimizer = _setup(mechanism, vocab)
+        results[mechanism] = _steps(DistributedDataParallel(model), model, optimizer, train_cfg, halves[rank], ctx)
+    torch.save(results, Path(out) / f"rank{rank}.pt")
+    shutdown(ctx)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("ddp")
+    mp.start_processes(_worker, args=(2, free_port(), str(out)), nprocs=2, start_method="spawn", join=True)
+    return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_two_gloo_ranks_equal_one_process_on_the_combined_batch(two_ranks, mechanism):
+    vocab, _, combined = _data()
+    model, train_cfg, optimizer = _setup(mechanism, vocab)
+    single = _steps(model, model, optimizer, train_cfg, combined, DistContext())
+    for rank, results in enumerate(two_ranks):
+        got = results[mechanism]
+        assert got["losses"] == pytest.approx(single["losses"], abs=1e-6), rank
+        for name, grad in single["grads"].items():
+            assert torch.allclose(got["grads"][name], grad, rtol=0, atol=1e-6), (rank, name)
+        for name, value in single["params"].items():
+            assert torch.allclose(got["params"][name], value, rtol=0, atol=1e-6), (rank, name)
+    # The step really moved the weights (the comparison is not between two untouched models).
+    untouched, _, _ = _setup(mechanism, vocab)
+    assert any(not torch.equal(untouched.state_dict()[k], v) for k, v in single["params"].items())
+
+
+def test_each_rank_gets_its_own_equal_share_of_the_batches():
+    batches = list(range(11))
+    shares = [shard_batches(batches, DistContext(rank=r, world=3)) for r in range(3)]
+    assert shares == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 9 of 11: every rank steps 3 times
+
+
+def test_torchrun_command_one_machine_and_several():
+    one = torchrun_command("pipeline.stages.train", ["--task", "t"], nproc=2)
+    assert one[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--standalone",
+        "-m",
+        "pipeline.stages.train",
+        "--task",
+        "t",
+    ]
+    many = torchrun_command("pipeline.stages.train", [], nproc=8, nnodes=4, rdzv_endpoint="node0:29500", rdzv_id="job")
+    assert "--nnodes=4" in many and "--rdzv-endpoint=node0:29500" in many and "--rdzv-backend=c10d" in many
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        torchrun_command("pipeline.stages.train", [], nproc=1, nnodes=2)
