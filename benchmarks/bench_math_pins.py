@@ -6,9 +6,9 @@ Simulated machines (environment of the child process):
   this CPU              nothing changed
   AVX2-only             MKL_ENABLE_INSTRUCTIONS=AVX2, ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2
                         (what a CPU without AVX-512 computes by default)
-  other vendor          on an AMD CPU: MKL made to believe it runs on an Intel CPU (a two-line shim,
-                        LD_PRELOADed, that answers MKL's vendor check; built with the C compiler, skipped
-                        without one), so MKL takes its Intel code paths; on an Intel CPU: not simulated
+  other vendor          MKL made to believe it runs on the other vendor's CPU (Intel <-> not Intel; a
+                        two-function library, LD_PRELOADed, that answers MKL's vendor check:
+                        pipeline.runtime.math_pins.other_vendor_library; skipped without a C compiler)
   other vendor, AVX2    both
 Pin levels: none; ``avx2-branch`` (MKL_CBWR=AVX2,STRICT with the ATen/oneDNN pins: what MKL's own
 docs suggest, reproducible on Intel CPUs only); ``pinned`` (pipeline.runtime.math_pins.PINS: MKL's COMPATIBLE
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,29 +30,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
+from pipeline.runtime.math_pins import AVX2_ONLY, PINS, cpu_model, other_vendor_library  # noqa: E402
 
-SHIM_C = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
-AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 LEVELS = {
     "none": {},
     "avx2-branch": {**PINS, "MKL_CBWR": "AVX2,STRICT"},
     "pinned": dict(PINS),
 }
-
-
-def intel_mkl_shim(workdir: Path) -> Path | None:
-    """A shared library that makes MKL take its Intel code paths on a non-Intel CPU, or None when
-    this CPU is an Intel one (nothing to simulate) or no C compiler is here."""
-    if "intel" in cpu_model().lower():
-        return None
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
-    src, lib = workdir / "intel_mkl_shim.c", workdir / "libintel_mkl_shim.so"
-    src.write_text(SHIM_C)
-    done = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True)
-    return lib if done.returncode == 0 else None
 
 
 def machines(shim: Path | None) -> dict[str, dict[str, str]]:
@@ -92,9 +75,9 @@ def fingerprints(machine_env: dict, level_env: dict, params: Path) -> dict[str, 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        shim, params = intel_mkl_shim(workdir), unpinned_params(workdir)
+        shim, params = other_vendor_library(workdir), unpinned_params(workdir)
         sims = machines(shim)
-        print(f"# CPU: {cpu_model()}; other-vendor simulation: {'on' if shim else 'off (Intel CPU or no C compiler)'}")
+        print(f"# CPU: {cpu_model()}; other-vendor simulation: {'on' if shim else 'off (no C compiler)'}")
         results = {
             level: {m: fingerprints(env, level_env, params) for m, env in sims.items()}
             for level, level_env in LEVELS.items()

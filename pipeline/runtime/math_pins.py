@@ -108,6 +108,34 @@ def math_state() -> dict[str, str]:
     }
 
 
+# --------------------------------------------------------------------------- #
+# Another machine, simulated on this one (tests/pipeline/runtime/test_math_pins.py,
+# benchmarks/bench_math_pins.py): environment for a child process
+# --------------------------------------------------------------------------- #
+
+# An AVX2-only CPU: every library capped at AVX2, as on a CPU without AVX-512.
+AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def other_vendor_library(workdir: Path) -> Path | None:
+    """A shared library that, LD_PRELOADed, makes MKL believe it runs on the other vendor's CPU (an
+    Intel CPU answers "not Intel" to MKL's vendor check, any other "Intel"), so MKL takes the code
+    paths it takes there; None without a C compiler. Two functions, built with the system's cc."""
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    answer = 0 if "intel" in cpu_model().lower() else 1
+    src, lib = Path(workdir) / "other_vendor.c", Path(workdir) / "libother_vendor.so"
+    src.write_text(
+        f"int mkl_serv_intel_cpu_true(void) {{ return {answer}; }}\nint mkl_serv_intel_cpu(void) {{ return {answer}; }}\n"
+    )
+    done = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True)
+    return lib if done.returncode == 0 else None
+
+
 def cpu_model() -> str:
     for line in _cpuinfo_lines():
         if line.lower().startswith("model name"):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.runtime.math_pins import PINS, cpu_flags, cpu_model
+from pipeline.runtime.math_pins import AVX2_ONLY, PINS, cpu_flags, other_vendor_library
 from tests.helpers import REPO
 
 RUN = textwrap.dedent("""
@@ -73,24 +73,6 @@ RUN = textwrap.dedent("""
     print(json.dumps(out, sort_keys=True))
 """)
 
-# An AVX2-only machine: every library capped at AVX2, as on a CPU without AVX-512.
-AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
-
-
-def vendor_flip(workdir: Path) -> Path | None:
-    """A library that makes MKL believe it runs on the other vendor's CPU (Intel <-> not Intel), or
-    None without a C compiler."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
-    answer = 0 if "intel" in cpu_model().lower() else 1
-    src, lib = workdir / "vendor_flip.c", workdir / "libvendor_flip.so"
-    src.write_text(
-        f"int mkl_serv_intel_cpu_true(void) {{ return {answer}; }}\nint mkl_serv_intel_cpu(void) {{ return {answer}; }}\n"
-    )
-    done = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True)
-    return lib if done.returncode == 0 else None
-
 
 def _run(tmp_path: Path, name: str, pinned: bool, machine: dict, one_core: bool) -> dict:
     script = tmp_path / "run.py"
@@ -106,7 +88,7 @@ def _run(tmp_path: Path, name: str, pinned: bool, machine: dict, one_core: bool)
 
 
 def test_pinned_runs_give_the_same_bits_on_another_machine_and_unpinned_ones_do_not(tmp_path):
-    flip = vendor_flip(tmp_path)
+    flip = other_vendor_library(tmp_path)
     other = {**AVX2_ONLY, **({"LD_PRELOAD": str(flip)} if flip else {})}
     here = _run(tmp_path, "here", True, {}, one_core=False)
     there = _run(tmp_path, "there", True, other, one_core=True)
