@@ -65,6 +65,22 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_uris_stay_with_their_test():
+    """``mlflow.set_tracking_uri``/``set_registry_uri`` also write ``MLFLOW_TRACKING_URI`` /
+    ``MLFLOW_REGISTRY_URI`` into ``os.environ`` (MLflow 3), so a test's store would otherwise leak into
+    every later test and the subprocesses they start (a stale registry URI once sent the end-to-end
+    test's registry queries to a deleted test's database)."""
+    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    before = {k: os.environ.get(k) for k in keys}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def harness():
     """Prefect's test harness (one temporary server, ~22 s) shared by every flow test."""

@@ -40,8 +40,8 @@ from pipeline.decoding.search import beam_search, greedy
 from pipeline.io.shards import ShardWriter, read_split
 from pipeline.serving.predictor import ServingConfig
 from pipeline.serving.pyfunc import local_model
-from pipeline.training.checkpoints import load_model
-from pipeline.training.loop import nll_loss, save_atomic
+from pipeline.training.checkpoints import load_model, save_atomic
+from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
 from pipeline.vocab.extended import ext_ids_to_tokens

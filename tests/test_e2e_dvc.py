@@ -45,6 +45,7 @@ def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "MLFLOW_TRACKING_URI": f"sqlite:///{dst / 'mlflow.db'}",
+        "MLFLOW_REGISTRY_URI": f"sqlite:///{dst / 'mlflow.db'}",
         "PREFECT_HOME": str(dst / ".prefect"),
         "GIT_AUTHOR_NAME": "t",
         "GIT_AUTHOR_EMAIL": "t@t",

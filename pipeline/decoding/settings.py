@@ -47,6 +47,7 @@ class EvalConfig:
     threads: int = 0  # torch CPU threads (0: torch's default); fixed for the same results everywhere
     deterministic: bool = False  # torch.use_deterministic_algorithms while decoding
     heatmap: HeatmapConfig = field(default_factory=HeatmapConfig)  # the evaluate stage's heat map example
+    average_last: int = 0  # > 0: score the mean weights of the last K step checkpoints (train.keep_checkpoints)
 
     @classmethod
     def from_dict(cls, d: dict) -> EvalConfig:
@@ -58,7 +59,10 @@ class EvalConfig:
             d["split_metrics"] = tuple(sorted((d["split_metrics"] or {}).items()))
         if "heatmap" in d:
             d["heatmap"] = HeatmapConfig.from_dict(d["heatmap"])
-        return dataclass_from_dict(cls, d)
+        cfg = dataclass_from_dict(cls, d)
+        if cfg.average_last < 0:
+            raise ValueError(f"evaluate.average_last must be >= 0, got {cfg.average_last}")
+        return cfg
 
     @classmethod
     def from_params(cls, params: dict) -> EvalConfig:

@@ -30,6 +30,7 @@ from pipeline.tracking.handoff import RunRecord
 from pipeline.tracking.registry import metric_tags, register
 from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
 from pipeline.tracking.settings import TrackingConfig
+from pipeline.training.averaging import write_average
 from pipeline.training.checkpoints import load_model
 from pipeline.vocab.vocabulary import Vocab
 
@@ -65,8 +66,10 @@ def heatmap(model, paths: TaskPaths, mechanism: str, vocabs: tuple[Vocab, Vocab]
     return out
 
 
-def register_model(run, paths: TaskPaths, mechanism: str, params: dict, metrics: dict, split: str) -> str:
-    """Log the model as an MLflow pyfunc (raw text in, output text out) and register it as a new
+def register_model(
+    run, paths: TaskPaths, mechanism: str, params: dict, metrics: dict, split: str, checkpoint: Path
+) -> str:
+    """Log the model (``checkpoint``/model.pt) as an MLflow pyfunc (raw text in, output text out) and register it as a new
     version of the task's model, tagged with its metrics and data hashes (compare picks the champion)."""
     task_name = paths.task
     prepare = params["prepare"][task_name]
@@ -76,9 +79,7 @@ def register_model(run, paths: TaskPaths, mechanism: str, params: dict, metrics:
     if accepts_raw_text(prepare):
         first_src = read_split(paths.split(split)).column("src")[0].as_py()
         example = [detokenize(first_src, prepare, subword)]
-    uri = log_pyfunc_model(
-        run.run_id, paths.checkpoints(mechanism), paths.vocab, serving, input_example=example, subword_model=subword
-    )
+    uri = log_pyfunc_model(run.run_id, checkpoint, paths.vocab, serving, input_example=example, subword_model=subword)
     data = {f"data.{s}.content_sha256": m["content_sha256"] for s, m in task_manifests(paths.shards).items()}
     return register(
         uri,
@@ -103,7 +104,12 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
     run_id, model_sha256 = RunRecord.of(paths.train_state(mechanism)).training_run()
-    model, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs, sha256=model_sha256)
+    checkpoint = paths.checkpoints(mechanism)
+    model, _ = load_model(checkpoint / "model.pt", mechanism, device, vocabs, sha256=model_sha256)
+    if cfg.average_last:  # the mean of the run's last K step checkpoints, scored and registered instead
+        checkpoint = paths.train_state(mechanism) / "averaged"
+        write_average(paths.checkpoints(mechanism), cfg.average_last, checkpoint / "model.pt")
+        model, _ = load_model(checkpoint / "model.pt", mechanism, device, vocabs)
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
     with nondeterministic_ops_named(device, "evaluate.deterministic"):
@@ -118,7 +124,7 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
         run_.artifact(paths.evaluation(mechanism) / "metrics.json")
         for split in splits:
             run_.artifact(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", "predictions")
-        version = register_model(run_, paths, mechanism, params, metrics, splits[0])
+        version = register_model(run_, paths, mechanism, params, metrics, splits[0], checkpoint)
         run_.tags({"registered_version": version})
     for split, m in metrics.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))

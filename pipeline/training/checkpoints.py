@@ -28,8 +28,16 @@ import torch
 
 from models.config import ModelConfig
 from models.registry import build_model
-from pipeline.io.files import sha256_file
+from pipeline.io.files import atomic_path, sha256_file
 from pipeline.vocab.vocabulary import Vocab
+
+
+def save_atomic(obj, path: str | Path) -> None:
+    """torch.save to a temp file in the same directory, then rename: never a half-written file.
+    Saved through an open file, not a path: given a path, torch names the archive inside the file
+    after it (the random temp name), so the same tensors would give other bytes every time."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
 
 
 class CheckpointError(ValueError):

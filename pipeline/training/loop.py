@@ -10,6 +10,13 @@ Checkpoint directory layout (rank 0 writes; every file is written to a temp name
                every ``checkpoint_minutes`` minutes, at each validation and at the end of an epoch
   model.pt     weights of the best validation so far, with the model config (for evaluation)
   history.json one row per validation (the learning curve)
+  steps/       with train.keep_checkpoints K: the weights at each of the last K validations
+               (step-<step>.pt, model.pt's format), for checkpoint averaging (pipeline.training.averaging)
+
+Gradient accumulation (``train.update_freq`` N): each optimizer step sums the gradients of N
+consecutive batches (of every rank), scaled so the step is the gradient of the mean loss over all
+their target tokens: the same step as one batch holding all N (an epoch's last step takes what is
+left). Step counters (``validate_every``, ``max_steps``, warm-up) count optimizer steps.
 
 Resuming happens only when last.pt is unfinished and carries the same fingerprint (model, training
 and data settings); anything else starts afresh, so neither a params change nor a rerun of a finished
@@ -23,12 +30,14 @@ from any checkpoint ends with the weights of an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,8 +48,10 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from models.registry import build_model
-from pipeline.io.files import atomic_path, write_json_atomic
+from pipeline.io.files import write_json_atomic
 from pipeline.runtime.device import autocast, compute_settings, nondeterministic_ops_named, resolve_device
+from pipeline.training.averaging import prune, snapshot_path
+from pipeline.training.checkpoints import save_atomic
 from pipeline.training.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
 from pipeline.training.schedule import EarlyStopping, LRSchedule
 from pipeline.training.settings import TrainConfig
@@ -73,14 +84,6 @@ def build_seeded_model(mechanism: str, model_cfg, seed: int) -> torch.nn.Module:
     """The model's initial weights come from the training seed, so a run is reproducible."""
     seed_everything(seed)
     return build_model(mechanism, model_cfg)
-
-
-def save_atomic(obj, path: Path) -> None:
-    """torch.save to a temp file in the same directory, then rename: never a half-written file.
-    Saved through an open file, not a path: given a path, torch names the archive inside the file
-    after it (the random temp name), so the same tensors would give other bytes every time."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
 
 
 # Learning-curve fields that measure the machine, not the model: they go to MLflow and the log, never
@@ -247,6 +250,7 @@ def train(
     if not resumed and ctx.is_main:  # a fresh run: no output of a previous run may stay behind as its own
         for name in ("model.pt", "history.json"):
             (ckpt_dir / name).unlink(missing_ok=True)
+        prune(ckpt_dir, 0)
     if resumed:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -303,6 +307,13 @@ def train(
                     },
                     ckpt_dir / "model.pt",
                 )
+        if ctx.is_main and cfg.keep_checkpoints and prog.step:
+            weights = {"model": model.state_dict(), "model_config": model_config, **(model_info or {})}
+            save_atomic(
+                {**weights, "step": prog.step, "epoch": prog.epoch, "valid_loss": row["valid_loss"]},
+                snapshot_path(ckpt_dir, prog.step),
+            )
+            prune(ckpt_dir, cfg.keep_checkpoints)
         schedule.observe(row["valid_loss"])
         stopper.observe(row["valid_loss"])
         if ctx.is_main:
@@ -340,11 +351,11 @@ def train(
             mininterval=1.0,
             leave=False,
         )
-        for batch in bar:
-            batch = batch.to(device, non_blocking=True)
+        for group in accumulation_groups(bar, cfg.update_freq):
+            group = [batch.to(device, non_blocking=True) for batch in group]
             with nondeterministic_ops_named(device, "train.deterministic"):
-                loss_value = _train_step(net, model, optimizer, schedule, batch, cfg, device, ctx, prog)
-            prog.batch += 1
+                loss_value = _train_step(net, model, optimizer, schedule, group, cfg, device, ctx, prog)
+            prog.batch += len(group)
             if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
                 on_step(
                     {"step": prog.step, "epoch": prog.epoch, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]}
@@ -386,6 +397,13 @@ def train(
     return prog.history
 
 
+def accumulation_groups(batches: Iterable, n: int) -> Iterator[list]:
+    """Consecutive groups of ``n`` batches (one optimizer step each); the last may be shorter."""
+    it = iter(batches)
+    while group := list(itertools.islice(it, n)):
+        yield group
+
+
 def _load_resumable(path: Path, device: torch.device) -> dict | None:
     """last.pt if it is a step checkpoint of this format (tensors and plain data only), else None."""
     if not path.exists():
@@ -410,35 +428,44 @@ def _train_step(
     model,
     optimizer,
     schedule: LRSchedule,
-    batch,
+    batches: list,
     cfg: TrainConfig,
     device: torch.device,
     ctx: DistContext,
     prog: Progress,
 ) -> float:
-    """One optimizer step on this rank's batch; returns the step's mean loss over all ranks' tokens."""
+    """One optimizer step on this rank's ``batches`` (``train.update_freq`` of them, gradients
+    accumulated); returns the step's mean loss over all ranks' tokens."""
     step = prog.step + 1
     lr = schedule.at(step, prog.epoch)
     for group in optimizer.param_groups:
         group["lr"] = lr
     torch.manual_seed(step_seed(cfg.seed, step, ctx.rank))  # dropout noise: a function of the step
-    tokens = all_reduce_sum(torch.tensor([float(batch.n_tokens)], device=device), ctx)  # all ranks' tokens
-    with autocast(device, cfg.amp):
-        gold = net(batch)  # (B, T) per-token objective, 0 at padding
-    total = -gold.sum()
-    # DDP averages gradients over ranks: scaling by world / all tokens makes the average the gradient
-    # of the mean over every rank's tokens, as one process on the combined batch.
-    loss = total * ctx.world / tokens[0]
+    mine = float(sum(batch.n_tokens for batch in batches))
+    tokens = all_reduce_sum(torch.tensor([mine], device=device), ctx)  # all ranks' tokens of this step
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    total = torch.zeros((), device=device)
+    for i, batch in enumerate(batches):
+        # DDP all-reduces the gradients on the last batch's backward only (they accumulate before).
+        sync = ctx.enabled and i < len(batches) - 1
+        with net.no_sync() if sync else contextlib.nullcontext():
+            with autocast(device, cfg.amp):
+                gold = net(batch)  # (B, T) per-token objective, 0 at padding
+            batch_total = -gold.sum()
+            # DDP averages gradients over ranks: scaling by world / all tokens makes the average the
+            # gradient of the mean over every rank's tokens of every batch of the step, as one process
+            # on the combined batch.
+            (batch_total * ctx.world / tokens[0]).backward()
+        total = total + batch_total.detach().float()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
     summed = all_reduce_sum(total.detach().reshape(1).double(), ctx)
     value = float(summed[0]) / float(tokens[0])
     if not (math.isfinite(value) and math.isfinite(float(grad_norm))):
+        ids = [i for batch in batches for i in batch.ids]
         raise NonFiniteLoss(
             f"non-finite training loss {value} (gradient norm {float(grad_norm)}) at step {step} (epoch "
-            f"{prog.epoch}, batch {prog.batch + 1} of the epoch on rank {ctx.rank}); rows {batch.ids[:20]}"
-            f"{' ...' if len(batch.ids) > 20 else ''}. The step was not applied and no checkpoint was written "
+            f"{prog.epoch}, batch {prog.batch + 1}{f'-{prog.batch + len(batches)}' if len(batches) > 1 else ''} of the epoch on rank {ctx.rank}); rows {ids[:20]}"
+            f"{' ...' if len(ids) > 20 else ''}. The step was not applied and no checkpoint was written "
             f"after step {prog.step}. Lower train.lr, add warm-up (train.warmup_steps) or check these rows."
         )
     optimizer.step()

@@ -16,6 +16,7 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (fairseq --max-update)
     batch_size: int = 64  # sentences per batch (per process)
     max_tokens: int | None = None  # padded source + target positions per batch (fairseq --max-tokens)
+    update_freq: int = 1  # batches accumulated per optimizer step (fairseq --update-freq, OpenNMT-py accum_count)
     lr: float = 1e-3
     clip: float = 5.0  # max gradient L2 norm
     seed: int = 1234
@@ -35,6 +36,7 @@ class TrainConfig:
     validate_every: int | None = None  # optimizer steps between validations (null: at each epoch's end)
     checkpoint_every: int | None = None  # optimizer steps between checkpoints (besides validations)
     checkpoint_minutes: float | None = None  # minutes between checkpoints
+    keep_checkpoints: int = 0  # weights at each of the last K validations, in steps/ (evaluate.average_last)
     log_every: int = 50  # optimizer steps between on_step reports (train loss, lr, tokens/s)
     amp: str = "auto"  # auto: bf16 autocast on CUDA only | bf16: also on the CPU | off
     compile: bool = (
@@ -52,13 +54,15 @@ class TrainConfig:
             raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"train.amp must be one of {AMP_MODES}, got {self.amp!r}")
-        for name in ("batch_size", "nproc", "nnodes", "log_every"):
+        for name in ("batch_size", "update_freq", "nproc", "nnodes", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_steps", "max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"train.{name} must be positive or null, got {value}")
+        if self.keep_checkpoints < 0:
+            raise ValueError(f"train.keep_checkpoints must be >= 0, got {self.keep_checkpoints}")
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:

@@ -1,5 +1,7 @@
-"""Data parallelism: two CPU processes on gloo (DistributedDataParallel, as torchrun runs them) take
-the same optimizer steps as one process on the combined batch, for every mechanism."""
+"""Data parallelism and gradient accumulation: two CPU processes on gloo (DistributedDataParallel, as
+torchrun runs them), each accumulating two batches per step (``train.update_freq: 2``), and one
+process accumulating four batches take the same optimizer steps as one process on the combined
+batch, for every mechanism."""
 
 from __future__ import annotations
 
@@ -29,12 +31,13 @@ def _data():
         for tok in r["src"] + r["tgt"]:
             counts[tok] = counts.get(tok, 0) + 1
     vocab = build_vocab(counts)
-    halves = [rows[0:6], rows[6:14]]  # unequal sizes and token counts
+    # Each rank's rows in two batches of unequal sizes and token counts (other paddings than the whole's).
+    ranks = [[rows[0:2], rows[2:6]], [rows[6:9], rows[9:14]]]
 
     def batch(part):
         return collate([r["src"] for r in part], [r["tgt"] for r in part], vocab, vocab)
 
-    return vocab, [batch(h) for h in halves], batch(halves[0] + halves[1])
+    return vocab, [[batch(p) for p in parts] for parts in ranks], batch(rows[0:14])
 
 
 def _setup(mechanism: str, vocab):
@@ -49,13 +52,16 @@ def _setup(mechanism: str, vocab):
     return model, train_cfg, _optimizer(train_cfg, model, torch.device("cpu"))
 
 
-def _steps(net, model, optimizer, train_cfg, batch, ctx: DistContext) -> dict:
+def _steps(net, model, optimizer, train_cfg, batches: list, ctx: DistContext) -> dict:
+    """STEPS optimizer steps, each accumulating ``batches``."""
     prog, schedule = Progress(), train_cfg.schedule()
     losses = [
-        _train_step(net, model, optimizer, schedule, batch, train_cfg, torch.device("cpu"), ctx, prog)
+        _train_step(net, model, optimizer, schedule, batches, train_cfg, torch.device("cpu"), ctx, prog)
         for _ in range(STEPS)
     ]
     return {
+        "steps": prog.step,
+        "tokens": prog.tokens,  # every rank's target tokens of every step
         "losses": losses,
         "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
         "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
@@ -72,11 +78,11 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     )
     torch.set_num_threads(1)
     ctx = init_from_env("cpu")
-    vocab, halves, _ = _data()
+    vocab, ranks, _ = _data()
     results = {}
     for mechanism in sorted(MECHANISMS):
         model, train_cfg, optimizer = _setup(mechanism, vocab)
-        results[mechanism] = _steps(DistributedDataParallel(model), model, optimizer, train_cfg, halves[rank], ctx)
+        results[mechanism] = _steps(DistributedDataParallel(model), model, optimizer, train_cfg, ranks[rank], ctx)
     torch.save(results, Path(out) / f"rank{rank}.pt")
     shutdown(ctx)
 
@@ -88,21 +94,41 @@ def two_ranks(tmp_path_factory) -> list[dict]:
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 
-@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
-def test_two_gloo_ranks_equal_one_process_on_the_combined_batch(two_ranks, mechanism):
-    vocab, _, combined = _data()
+def _assert_same_steps(got: dict, single: dict, label) -> None:
+    assert (got["steps"], got["tokens"]) == (single["steps"], single["tokens"]), label
+    assert got["losses"] == pytest.approx(single["losses"], abs=1e-6), label
+    for name, grad in single["grads"].items():
+        assert torch.allclose(got["grads"][name], grad, rtol=0, atol=1e-6), (label, name)
+    for name, value in single["params"].items():
+        assert torch.allclose(got["params"][name], value, rtol=0, atol=1e-6), (label, name)
+
+
+def _one_process(mechanism: str, batches: list) -> dict:
+    vocab = _data()[0]
     model, train_cfg, optimizer = _setup(mechanism, vocab)
-    single = _steps(model, model, optimizer, train_cfg, combined, DistContext())
+    return _steps(model, model, optimizer, train_cfg, batches, DistContext())
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_two_gloo_ranks_accumulating_equal_one_process_on_the_combined_batch(two_ranks, mechanism):
+    vocab, _, combined = _data()
+    single = _one_process(mechanism, [combined])
+    assert single["steps"] == STEPS and single["tokens"] == STEPS * combined.n_tokens
     for rank, results in enumerate(two_ranks):
-        got = results[mechanism]
-        assert got["losses"] == pytest.approx(single["losses"], abs=1e-6), rank
-        for name, grad in single["grads"].items():
-            assert torch.allclose(got["grads"][name], grad, rtol=0, atol=1e-6), (rank, name)
-        for name, value in single["params"].items():
-            assert torch.allclose(got["params"][name], value, rtol=0, atol=1e-6), (rank, name)
+        _assert_same_steps(results[mechanism], single, f"rank {rank}")
     # The step really moved the weights (the comparison is not between two untouched models).
     untouched, _, _ = _setup(mechanism, vocab)
     assert any(not torch.equal(untouched.state_dict()[k], v) for k, v in single["params"].items())
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_accumulated_batches_equal_one_step_on_their_concatenation(mechanism):
+    _, ranks, combined = _data()
+    four = [b for parts in ranks for b in parts]  # update_freq 4: 2 + 4 + 3 + 5 rows
+    _assert_same_steps(_one_process(mechanism, four), _one_process(mechanism, [combined]), "update_freq 4")
+    # and not by accident: one of the four batches alone is another step
+    alone = _one_process(mechanism, four[:1])
+    assert alone["losses"][0] != pytest.approx(_one_process(mechanism, [combined])["losses"][0], abs=1e-6)
 
 
 def test_each_rank_gets_its_own_equal_share_of_the_batches():
