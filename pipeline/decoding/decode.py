@@ -15,7 +15,9 @@ from pipeline.decoding.search import beam_search, check_interrupt, greedy
 from pipeline.decoding.settings import EvalConfig
 from pipeline.vocab.batching import batch_from_rows, row_lengths, token_batches
 from pipeline.vocab.extended import ext_ids_to_tokens
-from pipeline.vocab.vocabulary import Vocab
+from pipeline.vocab.vocabulary import SPECIALS, UNK, Vocab
+
+UNK_TOKEN = SPECIALS[UNK]
 
 
 def decode_table(
@@ -49,9 +51,13 @@ def decode_table(
             cfg.block_ngram,
             deadline=deadline,
             stop=stop,
+            ban_unk=cfg.ban_unk,
+            keep_attention=cfg.replace_unk,
         )
         for i, row in enumerate(rows):
             outs = [ext_ids_to_tokens(h.ids, batch.oovs[i], tgt_vocab) for h in nbest[i]]
+            if cfg.replace_unk:
+                outs = [replace_unk(out, h, batch.src_tokens[i]) for out, h in zip(outs, nbest[i])]
             rec = {
                 "id": batch.ids[i],
                 "src": batch.src_tokens[i],
@@ -65,6 +71,17 @@ def decode_table(
                 rec[col] = batch.extra[col][i]
             records[row] = rec
     return records  # type: ignore[return-value]
+
+
+def replace_unk(tokens: list[str], hyp, src_tokens: list[str]) -> list[str]:
+    """Each ``<unk>`` of ``tokens`` replaced by the source word the decoder attended to most at that
+    step (Luong et al. 2015's unk replacement, OpenNMT-py's ``--replace_unk``); unchanged when the
+    model has no attention (Enc-Dec). ``hyp.trace["attn"]`` (T, S): the hypothesis's attention."""
+    attn = (hyp.trace or {}).get("attn")
+    if attn is None or UNK_TOKEN not in tokens:
+        return tokens
+    best = attn[: len(tokens), : len(src_tokens)].argmax(dim=1).tolist()  # (T,) source position per step
+    return [src_tokens[best[t]] if tok == UNK_TOKEN else tok for t, tok in enumerate(tokens)]
 
 
 def copy_trace(

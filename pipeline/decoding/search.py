@@ -4,7 +4,9 @@ Both drive ``model.encode(batch)`` and ``model.step(state, prev_ids) -> (log_pro
 Beam search keeps finished hypotheses in the beam (a finished row may only extend with <pad>
 at cost 0), so with a beam as wide as the number of prefixes it is exhaustive: the tests check
 it against brute-force enumeration. Options: min/max length, GNMT length penalty for the final
-ranking, n-gram blocking. ``deadline`` (a ``time.monotonic()`` value) and ``stop`` (an event) are
+ranking, n-gram blocking, ``ban_unk`` (``<unk>`` is never emitted: the search takes the best other
+word, a copy among them; OpenNMT-py's ``--ban_unk_token``), ``keep_attention`` (each hypothesis
+carries its attention weights per output step, for ``replace_unk``). ``deadline`` (a ``time.monotonic()`` value) and ``stop`` (an event) are
 checked before every decoding step: past the deadline the search raises :class:`DecodeTimeout`,
 once ``stop`` is set :class:`DecodeCancelled` (a server that is told to stop, a client gone).
 Neither given, the search runs as before.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from models.extended import NEG
-from pipeline.vocab.vocabulary import BOS, EOS, PAD
+from pipeline.vocab.vocabulary import BOS, EOS, PAD, UNK
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Hypothesis:
     ids: list[int]  # extended ids, without <s>, up to and including </s> when finished
     score: float  # sum of log-probabilities (before any length penalty)
     rank_score: float  # score used for ranking (length-penalised when asked)
-    trace: dict | None = None  # per-step copy/attention weights when asked (greedy only)
+    trace: dict | None = None  # per-step weights when asked: greedy's trace_keys, beam's "attn" (T, S)
 
 
 class DecodeInterrupted(RuntimeError):
@@ -86,9 +88,12 @@ def beam_search(
     block_ngram: int = 0,
     deadline: float | None = None,
     stop: threading.Event | None = None,
+    ban_unk: bool = False,
+    keep_attention: bool = False,
 ) -> list[list[Hypothesis]]:
     """Top ``beam_size`` hypotheses per example, best first. All examples decode at once.
-    ``deadline``/``stop``: see the module docstring (checked before the encoder and each step)."""
+    ``deadline``/``stop``: see the module docstring (checked before the encoder and each step).
+    ``keep_attention``: each hypothesis's ``trace["attn"]`` (its length, S), when the model attends."""
     check_interrupt(deadline, stop)
     device = batch.src.device
     bsz, k = batch.size, beam_size
@@ -102,6 +107,8 @@ def beam_search(
     finished = torch.zeros(bsz * k, dtype=torch.bool, device=device)
     lengths = torch.zeros(bsz * k, dtype=torch.long, device=device)
     base = (torch.arange(bsz, device=device) * k).unsqueeze(1)  # (B, 1)
+    attention: list[torch.Tensor] = []  # per step (B*K, S), rows of the beam before that step's reorder
+    origins: list[torch.Tensor] = []  # per step (B*K,): the row each survivor came from
 
     for t in range(max_len):
         check_interrupt(deadline, stop, t)
@@ -109,6 +116,10 @@ def beam_search(
         log_probs = log_probs.float()
         if t < min_len:
             log_probs[:, EOS] = NEG
+        if ban_unk:
+            log_probs[:, UNK] = NEG
+        if keep_attention and "attn" in state:
+            attention.append(state["attn"].float())  # (B*K, S) a_t of each row
         log_probs = _block_ngrams(log_probs, history, block_ngram)
         # A finished hypothesis continues only with <pad>, at no cost.
         done_row = torch.full_like(log_probs, NEG)
@@ -125,19 +136,42 @@ def beam_search(
         finished = was_finished | (token == EOS)
         history = torch.cat([history.index_select(0, origin), token.unsqueeze(1)], dim=1)
         scores, prev = top_scores.view(-1), token
+        origins.append(origin)
         if bool(finished.all()):
             break
 
     rank = scores / _length_penalty(lengths, length_penalty)
+    traces = _attention_paths(attention, origins) if attention else None  # (B*K, T, S)
     out: list[list[Hypothesis]] = []
     # One copy to the host for all rows (on a GPU, reading them one by one would wait B x K times).
     hist, final, ranked = history.tolist(), scores.tolist(), rank.tolist()
+    traces = traces.cpu() if traces is not None else None
     for b in range(bsz):
         rows = range(b * k, (b + 1) * k)
         # Rows below NEG/2 used an impossible token (only when fewer than K candidates exist).
-        hyps = [Hypothesis([i for i in hist[r] if i != PAD], final[r], ranked[r]) for r in rows if final[r] > NEG / 2]
+        hyps = [
+            Hypothesis(
+                ids := [i for i in hist[r] if i != PAD],
+                final[r],
+                ranked[r],
+                None if traces is None else {"attn": traces[r, : len(ids)]},
+            )
+            for r in rows
+            if final[r] > NEG / 2
+        ]
         out.append(sorted(hyps, key=lambda h: -h.rank_score))
     return out
+
+
+def _attention_paths(attention: list[torch.Tensor], origins: list[torch.Tensor]) -> torch.Tensor:
+    """The attention of each final beam row at every step, following the row back through the beam:
+    step t's weights of the row that survivor r descends from. (B*K, T, S)."""
+    rows = torch.arange(origins[-1].numel(), device=origins[-1].device)  # final rows
+    steps = []
+    for t in range(len(origins) - 1, -1, -1):
+        rows = origins[t].index_select(0, rows)  # the row (before step t's reorder) each descends from
+        steps.append(attention[t].index_select(0, rows))  # (B*K, S)
+    return torch.stack(steps[::-1], dim=1)
 
 
 @torch.no_grad()
@@ -148,6 +182,7 @@ def greedy(
     trace_keys: tuple[str, ...] = (),
     deadline: float | None = None,
     stop: threading.Event | None = None,
+    ban_unk: bool = False,
 ) -> list[Hypothesis]:
     """Argmax decoding; ``trace_keys`` records state tensors per step (e.g. 'copy_logp', 'attn');
     ``deadline``/``stop`` as for :func:`beam_search`."""
@@ -161,7 +196,10 @@ def greedy(
     for t in range(max_len):
         check_interrupt(deadline, stop, t)
         log_probs, state = model.step(state, prev)
-        best_lp, token = log_probs.float().max(dim=1)
+        log_probs = log_probs.float()
+        if ban_unk:
+            log_probs[:, UNK] = NEG
+        best_lp, token = log_probs.max(dim=1)
         token = token.masked_fill(finished, PAD)
         scores = scores + best_lp.masked_fill(finished, 0.0)
         for key in trace_keys:

@@ -47,6 +47,8 @@ class EvalConfig:
     threads: int = 0  # torch CPU threads (0: torch's default); fixed for the same results everywhere
     deterministic: bool = False  # torch.use_deterministic_algorithms while decoding
     heatmap: HeatmapConfig = field(default_factory=HeatmapConfig)  # the evaluate stage's heat map example
+    replace_unk: bool = False  # each output <unk> -> the source word with the highest attention at that step
+    ban_unk: bool = False  # search never emits <unk> (the best other word, a copy among them)
     average_last: int = 0  # > 0: score the mean weights of the last K step checkpoints (train.keep_checkpoints)
 
     @classmethod

@@ -44,7 +44,17 @@ from pipeline.runtime.device import resolve_device
 from pipeline.training.checkpoints import load_model
 from pipeline.vocab.vocabulary import Vocab
 
-DECODE_KEYS = ("beam_size", "max_len", "min_len", "length_penalty", "block_ngram", "batch_size", "max_src_len")
+DECODE_KEYS = (
+    "beam_size",
+    "max_len",
+    "min_len",
+    "length_penalty",
+    "block_ngram",
+    "batch_size",
+    "max_src_len",
+    "replace_unk",
+    "ban_unk",
+)
 # params['serving']: the limits a served model applies (ServingConfig fields of the same names)
 LIMIT_KEYS = (
     "max_inputs",
@@ -73,6 +83,8 @@ class ServingConfig:
     block_ngram: int = 0
     batch_size: int = 64
     max_src_len: int | None = None
+    replace_unk: bool = False  # as evaluate.replace_unk / ban_unk: the served model decodes as it was scored
+    ban_unk: bool = False
     device: str = "cpu"  # cpu | auto | cuda[:N]
     pretokenized: bool = False  # True: inputs are already the corpus's tokens, space-separated
     extra: dict = field(default_factory=dict)  # free-form provenance (run id, git commit ...)

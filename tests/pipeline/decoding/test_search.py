@@ -17,7 +17,7 @@ import torch
 from models.registry import MECHANISMS
 from pipeline.decoding.search import beam_search, greedy
 from pipeline.vocab.batching import collate
-from pipeline.vocab.vocabulary import EOS
+from pipeline.vocab.vocabulary import BOS, EOS, UNK
 from tests.helpers import LIVE, SEARCH_SRC_VOCAB, SEARCH_SRCS, SEARCH_TGT_VOCAB, search_batch, search_model
 
 V = len(SEARCH_TGT_VOCAB)  # 6; "c" and "z" are OOV
@@ -126,3 +126,75 @@ def test_length_penalty_is_gnmt(alpha: float) -> None:
         lens = {len(h.ids) for h in p_hyps if h.score > LIVE}
         assert len(lens) > 1  # hypotheses of different lengths compete
     assert reordered  # the penalty changed some ranking, as the formula predicts
+
+
+class _UnkBias(_EosBias):
+    """Wraps a model so that <unk> gets ``bias`` more log-odds (then renormalised)."""
+
+    def step(self, state, prev_ids):
+        log_probs, state = self.model.step(state, prev_ids)
+        log_probs = log_probs.clone()
+        log_probs[:, UNK] += self.bias
+        return torch.log_softmax(log_probs, dim=-1), state
+
+
+@pytest.mark.parametrize("name", MECHS)
+def test_ban_unk_never_emits_unk(name: str) -> None:
+    model = _UnkBias(_model(name, seed=4), bias=30.0)
+    free = beam_search(model, _batch(), beam_size=3, max_len=6)
+    assert all(UNK in hyps[0].ids for hyps in free)  # the bias makes <unk> the best word everywhere
+    banned = beam_search(model, _batch(), beam_size=3, max_len=6, ban_unk=True)
+    assert all(UNK not in h.ids and h.score > LIVE for hyps in banned for h in hyps)
+    assert all(UNK not in h.ids for h in greedy(model, _batch(), max_len=6, ban_unk=True))
+    # Banning changes nothing for a model that would not emit <unk> anyway.
+    plain = _model(name, seed=4)
+    for a, b in zip(beam_search(plain, _batch(), beam_size=3, max_len=6), beam_search(plain, _batch(), 3, 6)):
+        if all(UNK not in h.ids for h in a):
+            assert [h.ids for h in a] == [h.ids for h in b]
+
+
+@torch.no_grad()
+def _forced_attention(model, src: list[str], ids: list[int]) -> torch.Tensor:
+    """The attention a_t of the model fed ``ids`` one by one on ``src`` alone: (T, S)."""
+    state = model.encode(_batch([src]))
+    prev, rows = torch.tensor([BOS], device=DEVICE), []
+    for token in ids:
+        _, state = model.step(state, prev)
+        rows.append(state["attn"][0].float())
+        prev = torch.tensor([token], device=DEVICE)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("name", [m for m in MECHS if m != "encdec"])  # Enc-Dec has no attention
+def test_each_hypothesis_carries_its_own_attention_path(name: str) -> None:
+    """keep_attention follows every hypothesis back through the beam's reorders: its weights at
+    step t are those the model computes when fed that hypothesis's own prefix."""
+    model = _model(name, seed=5)
+    nbest = beam_search(model, _batch(), beam_size=4, max_len=6, keep_attention=True)
+    checked = 0
+    for src, hyps in zip(SEARCH_SRCS, nbest):
+        for h in hyps:
+            attn = h.trace["attn"]  # (T, the batch's longest source): 0 past this source's end
+            assert attn.shape == (len(h.ids), max(map(len, SEARCH_SRCS)))
+            assert torch.allclose(attn[:, : len(src)], _forced_attention(model, src, h.ids).cpu(), atol=1e-5)
+            if len(src) < attn.size(1):
+                assert attn[:, len(src) :].abs().max().item() == 0.0
+            checked += 1
+    assert checked == 12  # 3 sources x 4 hypotheses
+
+
+def test_replace_unk_takes_the_most_attended_source_word() -> None:
+    from pipeline.decoding.decode import replace_unk
+    from pipeline.decoding.search import Hypothesis
+
+    src = ["the", "zorblax", "said", "hello"]
+    attn = torch.tensor(
+        [
+            [0.1, 0.7, 0.1, 0.1],  # step 0: <unk> -> zorblax
+            [0.2, 0.2, 0.5, 0.1],  # step 1: a vocabulary word stays
+            [0.0, 0.1, 0.2, 0.7],  # step 2: <unk> -> hello
+        ]
+    )
+    hyp = Hypothesis([1, 9, 1], 0.0, 0.0, {"attn": attn})
+    assert replace_unk(["<unk>", "said", "<unk>"], hyp, src) == ["zorblax", "said", "hello"]
+    assert replace_unk(["<unk>"], Hypothesis([1], 0.0, 0.0), src) == ["<unk>"]  # no attention: unchanged

@@ -77,6 +77,39 @@ def test_pyfunc_output_equals_decode_table(project, mech) -> None:
     assert list(again["output"]) == list(frame["output"][:2]) + [""]
 
 
+def test_replace_unk_and_ban_unk_on_a_model_that_cannot_copy(project) -> None:
+    """RNNSearch emits <unk> for the unseen fillers; replace_unk puts the most attended source word
+    there (here: the filler itself, so exact matches rise), ban_unk emits some vocabulary word."""
+    import dataclasses
+
+    import torch
+
+    from pipeline.decoding.decode import decode_table
+    from pipeline.decoding.settings import EvalConfig
+    from pipeline.io.shards import read_split
+    from pipeline.training.checkpoints import load_model
+    from pipeline.vocab.vocabulary import Vocab
+
+    table = read_split(project / "data/shards" / TASK / "test")
+    vocab = Vocab.load(project / "data/vocab" / TASK / "src.vocab")
+    model, _ = load_model(project / "data/checkpoints" / TASK / "rnnsearch" / "model.pt", "rnnsearch", "cpu")
+    cfg = EvalConfig.from_dict(EVALUATE)
+
+    def decode(**options):
+        return decode_table(model, table, vocab, vocab, dataclasses.replace(cfg, **options), torch.device("cpu"))
+
+    def exact(records):
+        return sum(r["pred"] == r["tgt"] for r in records)
+
+    plain, replaced, banned = decode(), decode(replace_unk=True), decode(ban_unk=True)
+    assert sum(r["pred"].count("<unk>") for r in plain) >= len(plain)  # every test filler is unseen
+    assert not any("<unk>" in r["pred"] for r in replaced + banned)
+    for p, r in zip(plain, replaced):
+        assert len(p["pred"]) == len(r["pred"])  # only the <unk> tokens changed, each to a source word
+        assert all(a == b or (a == "<unk>" and b in p["src"]) for a, b in zip(p["pred"], r["pred"]))
+    assert exact(plain) == 0 < exact(replaced)
+
+
 def test_copynet_copies_oov_source_words_rnnsearch_cannot(project) -> None:
     from pipeline.vocab.vocabulary import Vocab
 
