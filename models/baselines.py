@@ -18,7 +18,7 @@ from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State
 class SoftmaxOutput(OutputLayer):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.readout = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.tgt_vocab)  # [s_t; c_t] -> V
+        self.readout = nn.Linear(cfg.hidden + cfg.memory, cfg.tgt_vocab)  # [s_t (H); c_t (M)] -> V
 
     def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         logits = self.project(torch.cat([s, context], dim=-1), self.readout)  # (B, T, V)

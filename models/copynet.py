@@ -27,9 +27,9 @@ class CopyNetOutput(OutputLayer):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.extra_input_dim = 2 * cfg.hidden  # zeta(y_{t-1}) has the size of h_tau
+        self.extra_input_dim = cfg.memory  # zeta(y_{t-1}) has the size M of h_tau
         self.w_o = nn.Linear(cfg.hidden, cfg.tgt_vocab, bias=False)  # eq. 7
-        self.w_c = nn.Linear(2 * cfg.hidden, cfg.hidden, bias=False)  # eq. 8
+        self.w_c = nn.Linear(cfg.memory, cfg.hidden, bias=False)  # eq. 8: M -> H
 
     def init_state(self, state: State) -> State:
         memory = state["memory"]  # (B, S, 2H)

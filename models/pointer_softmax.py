@@ -175,7 +175,7 @@ class PointerSoftmaxOutput(OutputLayer):
         self.shortlist = opts.shortlist  # OutputLayer.shortlist: Seq2Seq.training_target reads it
         self.limit = opts.shortlist or cfg.tgt_vocab  # ids < limit are generated
         self.decode = opts.decode
-        feat = cfg.hidden + (context_dim if context_dim is not None else 2 * cfg.hidden)  # [s_t; c_t]
+        feat = cfg.hidden + (context_dim if context_dim is not None else cfg.memory)  # [s_t; c_t]
         self.readout = nn.Linear(feat, self.limit)  # shortlist softmax logits, one row per shortlist id
         self.switch = SwitchMLP(
             feat, opts.switch_hidden or cfg.hidden, opts.switch, opts.switch_bias, opts.noise_alpha, opts.noise_c

@@ -43,7 +43,7 @@ Validation (eval mode) always scores log p(y_t), the same quantity for every mec
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import nn
@@ -59,6 +59,7 @@ from models.extended import (
     shared_normaliser,
 )
 from models.specials import BOS, PAD, UNK
+from models.transformer_decoder import recurrent_or_transformer
 
 State = dict[str, torch.Tensor | int]
 
@@ -218,13 +219,16 @@ class Seq2Seq(nn.Module):
         self.src_emb = nn.Embedding(cfg.src_vocab, cfg.emb, padding_idx=PAD)
         self.tgt_emb = tgt_emb if tgt_emb is not None else nn.Embedding(cfg.tgt_vocab, cfg.emb, padding_idx=PAD)
         self.encoder = encoder if encoder is not None else make_encoder(cfg)
-        self.decoder = (
-            decoder
-            if decoder is not None
-            else BahdanauDecoder(
-                self.tgt_emb.embedding_dim + output_layer.extra_input_dim, cfg.hidden, self.encoder.out_dim, attention
+        if decoder is None:
+            in_dim = self.tgt_emb.embedding_dim + output_layer.extra_input_dim
+            decoder = recurrent_or_transformer(
+                cfg,
+                lambda: BahdanauDecoder(in_dim, cfg.hidden, self.encoder.out_dim, attention),
+                in_dim,
+                self.encoder.out_dim,
+                attention,
             )
-        )
+        self.decoder = decoder
         self.output = output_layer
         self.static_state_keys = self.STATIC_KEYS | self.decoder.static_keys | output_layer.static_keys
         self.drop = nn.Dropout(cfg.dropout)
@@ -288,11 +292,13 @@ class Seq2Seq(nn.Module):
         """
         emb = self.embed(tgt_in)  # (B, T, E): e(y_0) .. e(y_{T-1}) in one lookup
         whole = getattr(self.decoder, "forward_sequence", None)
-        if whole is not None and not self.output.extra_input_dim and not self.output.sequence_keys:
-            # No input feeding and nothing fed back: x_1..x_T are known up front.
+        given = set(getattr(self.decoder, "sequence_keys", ()))  # what forward_sequence gives per step
+        if whole is not None and not self.output.extra_input_dim and set(self.output.sequence_keys) <= given:
+            # No input feeding and nothing fed back: x_1..x_T are known up front (the Luong and the
+            # transformer decoders; the transformer's coverage comes with its pass).
             x = torch.stack([self.decoder_input(state, tgt_in[:, t], emb[:, t]) for t in range(tgt_in.size(1))], dim=1)
-            s, context, attn = whole(state, x)  # (B, T, H), (B, T, M), (B, T, S)
-            view = {**state, "s": self.drop(s), "context": context, "x": x}
+            s, context, attn, *more = whole(state, x)  # (B, T, H), (B, T, M), (B, T, S)
+            view = {**state, "s": self.drop(s), "context": context, "x": x, **(more[0] if more else {})}
             if attn is not None:
                 view["attn"] = attn
             return view
@@ -385,10 +391,18 @@ class Mechanism:
     build: Callable[[ModelConfig], Seq2Seq]
     options: type = NoOptions
     variants: tuple[dict, ...] = ({},)
+    # The ``model.decoder`` values its builder accepts (Read-Again keeps its own decoder: recurrent only).
+    # With "transformer" listed, the contract tests run every variant on the transformer decoder too.
+    decoders: tuple[str, ...] = ("recurrent", "transformer")
 
     def parse_options(self, options: dict):
         """The typed options of a ``model.<name>`` section (its shared keys already lifted out)."""
         return parse_options(self.options, options, self.name)
+
+    def own_keys(self) -> frozenset[str]:
+        """The keys of its options class: in ``model.<name>`` they are its own, even where a shared
+        size has the same name (Read-Again's ``decoder: lstm | gru`` beside ``model.decoder``)."""
+        return frozenset(f.name for f in fields(self.options))
 
     def reads_source_words(self, options: dict) -> bool:
         """Whether a model of these options reads the source words of a batch (not only their ids)."""
