@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State
 
 
 class SoftmaxOutput(OutputLayer):
@@ -36,8 +36,12 @@ def build_rnnsearch(cfg: ModelConfig) -> Seq2Seq:
 
 
 MECHANISMS = (
-    Mechanism("encdec", "Enc-Dec", build_encdec),
+    Mechanism("encdec", "Enc-Dec", build_encdec, decoders=ANY_DECODER),
     Mechanism(
-        "rnnsearch", "RNNSearch", build_rnnsearch, variants=({}, {"encoder": "transformer", "transformer_heads": 2})
+        "rnnsearch",
+        "RNNSearch",
+        build_rnnsearch,
+        variants=({}, {"encoder": "transformer", "transformer_heads": 2}),
+        decoders=ANY_DECODER,
     ),
 )

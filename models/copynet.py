@@ -18,7 +18,7 @@ from torch import nn
 
 from models.config import ModelConfig
 from models.extended import NEG
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 
 
 class CopyNetOutput(OutputLayer):
@@ -74,5 +74,11 @@ def build_copynet(cfg: ModelConfig) -> Seq2Seq:
 
 
 MECHANISMS = (
-    Mechanism("copynet", "CopyNet", build_copynet, variants=({}, {"encoder": "transformer", "transformer_heads": 2})),
+    Mechanism(
+        "copynet",
+        "CopyNet",
+        build_copynet,
+        variants=({}, {"encoder": "transformer", "transformer_heads": 2}),
+        decoders=ANY_DECODER,
+    ),
 )

@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from models.attention import BahdanauAttention
 from models.config import ModelConfig, parse_options
 from models.extended import NEG
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 from models.transformer_decoder import recurrent_or_transformer
 
 
@@ -143,7 +143,12 @@ def build_pointer_generator(cfg: ModelConfig) -> Seq2Seq:
     """See et al. (2017): pointer-generator, with coverage unless ``coverage: false``."""
     opts = parse_options(PointerGeneratorOptions, cfg.options, "pointer_generator")
     decoder = recurrent_or_transformer(
-        cfg, lambda: SeeDecoder(cfg.emb, cfg.hidden, cfg.memory, opts.coverage), cfg.emb, cfg.memory, True, opts.coverage
+        cfg,
+        lambda: SeeDecoder(cfg.emb, cfg.hidden, cfg.memory, opts.coverage),
+        cfg.emb,
+        cfg.memory,
+        True,
+        opts.coverage,
     )
     return Seq2Seq(cfg, PointerGeneratorOutput(cfg, opts), attention=True, decoder=decoder)
 
@@ -160,5 +165,6 @@ MECHANISMS = (
             {"coverage_loss_weight": 0.3},
             {"encoder": "transformer", "transformer_heads": 2},
         ),
+        decoders=ANY_DECODER,
     ),
 )

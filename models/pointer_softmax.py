@@ -64,7 +64,7 @@ from torch import nn
 
 from models.config import ModelConfig, parse_options
 from models.extended import NEG, gold_log_probs, pad_extended
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
 from models.specials import PAD, SPECIALS, UNK
 
 SWITCHES = ("mlp", "noisy_residual")
@@ -375,5 +375,6 @@ MECHANISMS = (
             {"batch_vocab": 6, "batch_vocab_scope": "example", "decode": "max"},
             {"batch_vocab": 6, "shortlist": 8},
         ),
+        decoders=ANY_DECODER,
     ),
 )

@@ -365,6 +365,6 @@ MECHANISMS = (
             {"cell": "gru", "sentences": "opt1", "decoder": "gru"},
             {"cell": "lstm", "sentences": "opt2", "decoder_vocab": 7},
         ),
-        decoders=("recurrent",),  # its own LSTM decoder (eq. 12-15); model.decoder: transformer is refused
+        # decoders: the default, recurrent only: its own LSTM decoder (eq. 12-15); the transformer is refused
     ),
 )

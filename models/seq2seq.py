@@ -373,6 +373,9 @@ class Seq2Seq(nn.Module):
         return torch.stack(gold, dim=1)  # (B, T)
 
 
+ANY_DECODER = ("recurrent", "transformer")  # ``Mechanism.decoders`` of one that runs on either
+
+
 @dataclass(frozen=True)
 class Mechanism:
     """A mechanism as a plug-in declares it: ``MECHANISMS = (Mechanism(...), ...)`` in its module.
@@ -391,9 +394,10 @@ class Mechanism:
     build: Callable[[ModelConfig], Seq2Seq]
     options: type = NoOptions
     variants: tuple[dict, ...] = ({},)
-    # The ``model.decoder`` values its builder accepts (Read-Again keeps its own decoder: recurrent only).
-    # With "transformer" listed, the contract tests run every variant on the transformer decoder too.
-    decoders: tuple[str, ...] = ("recurrent", "transformer")
+    # The ``model.decoder`` values its builder accepts: a mechanism opts in to the transformer decoder
+    # (``ANY_DECODER``) when it reads the decoder only through s_t, c_t, a_t and the memory size
+    # ``cfg.memory``; the contract tests then run every variant on it too. Read-Again keeps its own.
+    decoders: tuple[str, ...] = ("recurrent",)
 
     def parse_options(self, options: dict):
         """The typed options of a ``model.<name>`` section (its shared keys already lifted out)."""

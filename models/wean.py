@@ -51,7 +51,7 @@ from models.decoder import LuongDecoder
 from models.encoder import make_encoder
 from models.extended import NEG
 from models.param_count import output_layer_parameters, word_generator_parameters
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 from models.specials import PAD, SPECIALS
 from models.transformer_decoder import recurrent_or_transformer
 
@@ -234,6 +234,7 @@ MECHANISMS = (
         build_luong,
         options=LuongOptions,
         variants=({}, {"candidates": 7, "layers": 1}),
+        decoders=ANY_DECODER,
     ),
     Mechanism(
         "wean",
@@ -241,5 +242,6 @@ MECHANISMS = (
         build_wean,
         options=WEANOptions,
         variants=({}, {"score": "dot"}, {"score": "general", "candidates": 8}, {"score": "concat", "layers": 1}),
+        decoders=ANY_DECODER,
     ),
 )
