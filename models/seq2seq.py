@@ -6,7 +6,10 @@ One decoding step, for every mechanism:
                                          copied words (Read-Again eq. 15); extra: e.g. CopyNet's
                                          selective read zeta(y_{t-1}) (eq. 9)
   s_t, c_t, a_t = decoder(x_t, state)    Bahdanau: attend with s_{t-1}, then GRU (CopyNet eq. 2-3);
-                                         Luong: LSTM, then attend with s_t (WEAN)
+                                         Luong: LSTM, then attend with s_t (WEAN);
+                                         ``model.decoder: transformer``: causal self-attention over
+                                         x_1..x_t, cross-attention; a_t its alignment head
+                                         (models/transformer_decoder.py)
   log p(y_t | .) over the extended vocabulary = output_layer(s_t, c_t, state + {"attn": a_t})
 
 ``step(state, prev_ids) -> (log_probs_ext, state)`` is the one interface that greedy and beam
@@ -20,7 +23,8 @@ at once:
      and only up to a per-row constant (eq. 9 normalises rho over the matching positions, so the
      shared normaliser Z cancels): ``OutputLayer.feedback`` gives it without the vocabulary-wide
      projection. The Luong decoder (WEAN, Seq2seq) has no input feeding and runs ``nn.LSTM`` over
-     the whole target at once (``LuongDecoder.forward_sequence``).
+     the whole target at once (``LuongDecoder.forward_sequence``), and the transformer decoder runs it
+     in one pass too (its coverage included; CopyNet's selective read steps through its cache).
   2. the output layer on all B x T positions at once (``OutputLayer.score_all``: one (B*T, H) x (H, V)
      product instead of T small ones), and the per-token objective read off the scores at the gold
      ids (``OutputLayer.sequence_gold``) without building the (B, T, V + X) distribution.
