@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State
 
 
 class SoftmaxOutput(OutputLayer):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.readout = nn.Linear(cfg.hidden + 2 * cfg.hidden, cfg.tgt_vocab)  # [s_t; c_t] -> V
+        self.readout = nn.Linear(cfg.hidden + cfg.memory, cfg.tgt_vocab)  # [s_t (H); c_t (M)] -> V
 
     def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         logits = self.project(torch.cat([s, context], dim=-1), self.readout)  # (B, T, V)
@@ -36,8 +36,12 @@ def build_rnnsearch(cfg: ModelConfig) -> Seq2Seq:
 
 
 MECHANISMS = (
-    Mechanism("encdec", "Enc-Dec", build_encdec),
+    Mechanism("encdec", "Enc-Dec", build_encdec, decoders=ANY_DECODER),
     Mechanism(
-        "rnnsearch", "RNNSearch", build_rnnsearch, variants=({}, {"encoder": "transformer", "transformer_heads": 2})
+        "rnnsearch",
+        "RNNSearch",
+        build_rnnsearch,
+        variants=({}, {"encoder": "transformer", "transformer_heads": 2}),
+        decoders=ANY_DECODER,
     ),
 )

@@ -18,7 +18,7 @@ from torch import nn
 
 from models.config import ModelConfig
 from models.extended import NEG
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 
 
 class CopyNetOutput(OutputLayer):
@@ -27,9 +27,9 @@ class CopyNetOutput(OutputLayer):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.extra_input_dim = 2 * cfg.hidden  # zeta(y_{t-1}) has the size of h_tau
+        self.extra_input_dim = cfg.memory  # zeta(y_{t-1}) has the size M of h_tau
         self.w_o = nn.Linear(cfg.hidden, cfg.tgt_vocab, bias=False)  # eq. 7
-        self.w_c = nn.Linear(2 * cfg.hidden, cfg.hidden, bias=False)  # eq. 8
+        self.w_c = nn.Linear(cfg.memory, cfg.hidden, bias=False)  # eq. 8: M -> H
 
     def init_state(self, state: State) -> State:
         memory = state["memory"]  # (B, S, 2H)
@@ -74,5 +74,11 @@ def build_copynet(cfg: ModelConfig) -> Seq2Seq:
 
 
 MECHANISMS = (
-    Mechanism("copynet", "CopyNet", build_copynet, variants=({}, {"encoder": "transformer", "transformer_heads": 2})),
+    Mechanism(
+        "copynet",
+        "CopyNet",
+        build_copynet,
+        variants=({}, {"encoder": "transformer", "transformer_heads": 2}),
+        decoders=ANY_DECODER,
+    ),
 )

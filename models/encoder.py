@@ -1,5 +1,6 @@
-"""Encoders. Every encoder maps embedded source tokens to a memory of size 2 * hidden per position
-and a summary vector of the same size, so any output layer works over any encoder.
+"""Encoders. Every encoder maps embedded source tokens to a memory of size M = 2 * encoder_hidden per
+position (``ModelConfig.memory``; encoder_hidden defaults to hidden) and a summary vector of the same
+size, so any output layer works over any encoder and any decoder size.
 
 - ``BiGRUEncoder``: bidirectional GRU (Bahdanau et al. 2014; CopyNet section 3.1 'Encoder').
 - ``TransformerEncoder``: self-attention layers (Vaswani et al. 2017), beyond the seed papers.
@@ -48,14 +49,16 @@ def sinusoid_positions(length: int, dim: int, device=None) -> torch.Tensor:
 
 
 class TransformerEncoder(nn.Module):
-    """Pre-norm Transformer encoder with d_model = 2 * hidden (the memory size every output layer
-    expects); the summary is the mean of the memory over real positions."""
+    """Pre-norm Transformer encoder with d_model = M = 2 * encoder_hidden (the memory size every output
+    layer expects); the summary is the mean of the memory over real positions."""
 
     def __init__(self, emb: int, hidden: int, layers: int, heads: int, dropout: float):
         super().__init__()
         d_model = 2 * hidden
         if d_model % heads:
-            raise ValueError(f"transformer_heads {heads} must divide the model size 2 * hidden = {d_model}")
+            raise ValueError(
+                f"model.transformer_heads {heads} must divide the encoder's model size 2 * encoder_hidden = {d_model}"
+            )
         self.proj = nn.Linear(emb, d_model)
         layer = nn.TransformerEncoderLayer(
             d_model, heads, dim_feedforward=4 * d_model, dropout=dropout, batch_first=True, norm_first=True
@@ -79,7 +82,7 @@ class TransformerEncoder(nn.Module):
 def make_encoder(cfg) -> nn.Module:
     """The encoder named by ``cfg.encoder``."""
     if cfg.encoder == "bigru":
-        return BiGRUEncoder(cfg.emb, cfg.hidden)
+        return BiGRUEncoder(cfg.emb, cfg.memory // 2)
     if cfg.encoder == "transformer":
-        return TransformerEncoder(cfg.emb, cfg.hidden, cfg.transformer_layers, cfg.transformer_heads, cfg.dropout)
+        return TransformerEncoder(cfg.emb, cfg.memory // 2, cfg.transformer_layers, cfg.transformer_heads, cfg.dropout)
     raise ValueError(f"unknown encoder {cfg.encoder!r}; known: bigru, transformer")

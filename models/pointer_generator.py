@@ -36,7 +36,8 @@ from torch.nn import functional as F
 from models.attention import BahdanauAttention
 from models.config import ModelConfig, parse_options
 from models.extended import NEG
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from models.transformer_decoder import recurrent_or_transformer
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class PointerGeneratorOutput(OutputLayer):
 
     def __init__(self, cfg: ModelConfig, opts: PointerGeneratorOptions):
         super().__init__()
-        memory = 2 * cfg.hidden
+        memory = cfg.memory  # M = 2 * encoder_hidden
         self.proj = nn.Linear(cfg.hidden + memory, cfg.hidden)  # V, b of eq. 4
         self.vocab = nn.Linear(cfg.hidden, cfg.tgt_vocab)  # V', b' of eq. 4
         self.gate = nn.Linear(memory + cfg.hidden + cfg.emb, 1)  # [w_h*; w_s; w_x], b_ptr of eq. 8
@@ -141,7 +142,14 @@ class PointerGeneratorOutput(OutputLayer):
 def build_pointer_generator(cfg: ModelConfig) -> Seq2Seq:
     """See et al. (2017): pointer-generator, with coverage unless ``coverage: false``."""
     opts = parse_options(PointerGeneratorOptions, cfg.options, "pointer_generator")
-    decoder = SeeDecoder(cfg.emb, cfg.hidden, 2 * cfg.hidden, opts.coverage)
+    decoder = recurrent_or_transformer(
+        cfg,
+        lambda: SeeDecoder(cfg.emb, cfg.hidden, cfg.memory, opts.coverage),
+        cfg.emb,
+        cfg.memory,
+        True,
+        opts.coverage,
+    )
     return Seq2Seq(cfg, PointerGeneratorOutput(cfg, opts), attention=True, decoder=decoder)
 
 
@@ -157,5 +165,6 @@ MECHANISMS = (
             {"coverage_loss_weight": 0.3},
             {"encoder": "transformer", "transformer_heads": 2},
         ),
+        decoders=ANY_DECODER,
     ),
 )

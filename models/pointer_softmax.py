@@ -64,7 +64,7 @@ from torch import nn
 
 from models.config import ModelConfig, parse_options
 from models.extended import NEG, gold_log_probs, pad_extended
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, gather_last
 from models.specials import PAD, SPECIALS, UNK
 
 SWITCHES = ("mlp", "noisy_residual")
@@ -175,7 +175,7 @@ class PointerSoftmaxOutput(OutputLayer):
         self.shortlist = opts.shortlist  # OutputLayer.shortlist: Seq2Seq.training_target reads it
         self.limit = opts.shortlist or cfg.tgt_vocab  # ids < limit are generated
         self.decode = opts.decode
-        feat = cfg.hidden + (context_dim if context_dim is not None else 2 * cfg.hidden)  # [s_t; c_t]
+        feat = cfg.hidden + (context_dim if context_dim is not None else cfg.memory)  # [s_t; c_t]
         self.readout = nn.Linear(feat, self.limit)  # shortlist softmax logits, one row per shortlist id
         self.switch = SwitchMLP(
             feat, opts.switch_hidden or cfg.hidden, opts.switch, opts.switch_bias, opts.noise_alpha, opts.noise_c
@@ -375,5 +375,6 @@ MECHANISMS = (
             {"batch_vocab": 6, "batch_vocab_scope": "example", "decode": "max"},
             {"batch_vocab": 6, "shortlist": 8},
         ),
+        decoders=ANY_DECODER,
     ),
 )

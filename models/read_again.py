@@ -3,8 +3,9 @@ and Copy Mechanism"), section 3.
 
 Encoder (3.1). Both reads are uni-directional ("we only use our model in a uni-directional
 manner", 3.1); h_n^1 is the last state of the first read of a sentence (its "sentence feature
-vector"). The recurrent size is the memory size M = 2 * cfg.hidden, so the memory keeps the
-encoder contract (B, S, 2 * hidden) without any extra projection.
+vector"). The recurrent size is the memory size M = 2 * encoder_hidden (``ModelConfig.memory``;
+encoder_hidden defaults to hidden), so the memory keeps the encoder contract (B, S, M) without any
+extra projection. Read-Again keeps its own decoder too: ``model.decoder: transformer`` is refused.
 - ``cell: gru`` (3.1.1): h_i^1 = GRU^1(x_i, h_{i-1}^1) (eq. 2-3);
   alpha_i = tanh(W_e h_i^1 + U_e h_n^1 + V_e x_i), a vector (eq. 5);
   h_i^2 = (1 - alpha_i * z_i) h_{i-1}^2 + (alpha_i * z_i) h~_i^2 (eq. 4, 6).
@@ -333,8 +334,14 @@ def build_read_again(cfg: ModelConfig) -> Seq2Seq:
             f"read_again has its own encoder (section 3.1); model.encoder {cfg.encoder!r} "
             "cannot apply (leave it at 'bigru')"
         )
+    if cfg.decoder != "recurrent":
+        raise ValueError(
+            f"read_again has its own decoder (section 3.2, eq. 12-15: an LSTM fed the copied word's source "
+            f"state); model.decoder {cfg.decoder!r} cannot apply (leave it at 'recurrent', or drop read_again "
+            "from the mechanisms of a transformer-decoder run)"
+        )
     k = min(opts.decoder_vocab or cfg.tgt_vocab, cfg.tgt_vocab)
-    encoder = ReadAgainEncoder(cfg.emb, 2 * cfg.hidden, opts)
+    encoder = ReadAgainEncoder(cfg.emb, cfg.memory, opts)
     output = ReadAgainOutput(cfg, k, encoder.out_dim)
     decoder = ReadAgainDecoder(cfg.emb, cfg.hidden, encoder.out_dim) if opts.decoder == "lstm" else None
     return Seq2Seq(
@@ -358,5 +365,6 @@ MECHANISMS = (
             {"cell": "gru", "sentences": "opt1", "decoder": "gru"},
             {"cell": "lstm", "sentences": "opt2", "decoder_vocab": 7},
         ),
+        # decoders: the default, recurrent only: its own LSTM decoder (eq. 12-15); the transformer is refused
     ),
 )

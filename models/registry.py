@@ -71,7 +71,24 @@ def model_config(section: dict, mechanism: str | None = None, **sizes) -> ModelC
             f"and one section per mechanism {sorted(DECLARED)}"
         )
     for name, sub in rest.items():
-        DECLARED[name].parse_options({k: v for k, v in (sub or {}).items() if k not in SHARED})
-    options = dict(rest.get(mechanism) or {}) if mechanism else {}
-    lifted = {k: options.pop(k) for k in list(options) if k in SHARED}
-    return ModelConfig(**{**own, **lifted, **sizes}, options=options)
+        DECLARED[name].parse_options(split_section(name, sub or {})[1])
+    if not mechanism:
+        return ModelConfig(**{**own, **sizes})
+    lifted, options = split_section(mechanism, rest.get(mechanism) or {})
+    cfg = ModelConfig(**{**own, **lifted, **sizes}, options=options)
+    accepted = DECLARED[mechanism].decoders
+    if cfg.decoder not in accepted:
+        raise ValueError(
+            f"model.decoder {cfg.decoder!r} is not available for {mechanism} (it accepts {', '.join(accepted)}); "
+            f"drop {mechanism} from the mechanisms of this run or set model.decoder back"
+        )
+    return cfg
+
+
+def split_section(name: str, section: dict) -> tuple[dict, dict]:
+    """A ``model.<name>`` section (or a contract variant) -> (shared sizes it overrides, the mechanism's
+    own options). A key the mechanism's options class declares is its own, even where a shared
+    size has the same name (Read-Again's ``decoder``); the other shared keys are lifted out."""
+    own_keys = mechanism(name).own_keys()
+    shared = {k: v for k, v in section.items() if k in SHARED and k not in own_keys}
+    return shared, {k: v for k, v in section.items() if k not in shared}

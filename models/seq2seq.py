@@ -6,7 +6,10 @@ One decoding step, for every mechanism:
                                          copied words (Read-Again eq. 15); extra: e.g. CopyNet's
                                          selective read zeta(y_{t-1}) (eq. 9)
   s_t, c_t, a_t = decoder(x_t, state)    Bahdanau: attend with s_{t-1}, then GRU (CopyNet eq. 2-3);
-                                         Luong: LSTM, then attend with s_t (WEAN)
+                                         Luong: LSTM, then attend with s_t (WEAN);
+                                         ``model.decoder: transformer``: causal self-attention over
+                                         x_1..x_t, cross-attention; a_t its alignment head
+                                         (models/transformer_decoder.py)
   log p(y_t | .) over the extended vocabulary = output_layer(s_t, c_t, state + {"attn": a_t})
 
 ``step(state, prev_ids) -> (log_probs_ext, state)`` is the one interface that greedy and beam
@@ -20,7 +23,8 @@ at once:
      and only up to a per-row constant (eq. 9 normalises rho over the matching positions, so the
      shared normaliser Z cancels): ``OutputLayer.feedback`` gives it without the vocabulary-wide
      projection. The Luong decoder (WEAN, Seq2seq) has no input feeding and runs ``nn.LSTM`` over
-     the whole target at once (``LuongDecoder.forward_sequence``).
+     the whole target at once (``LuongDecoder.forward_sequence``), and the transformer decoder runs it
+     in one pass too (its coverage included; CopyNet's selective read steps through its cache).
   2. the output layer on all B x T positions at once (``OutputLayer.score_all``: one (B*T, H) x (H, V)
      product instead of T small ones), and the per-token objective read off the scores at the gold
      ids (``OutputLayer.sequence_gold``) without building the (B, T, V + X) distribution.
@@ -43,7 +47,7 @@ Validation (eval mode) always scores log p(y_t), the same quantity for every mec
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import nn
@@ -59,6 +63,7 @@ from models.extended import (
     shared_normaliser,
 )
 from models.specials import BOS, PAD, UNK
+from models.transformer_decoder import recurrent_or_transformer
 
 State = dict[str, torch.Tensor | int]
 
@@ -218,13 +223,16 @@ class Seq2Seq(nn.Module):
         self.src_emb = nn.Embedding(cfg.src_vocab, cfg.emb, padding_idx=PAD)
         self.tgt_emb = tgt_emb if tgt_emb is not None else nn.Embedding(cfg.tgt_vocab, cfg.emb, padding_idx=PAD)
         self.encoder = encoder if encoder is not None else make_encoder(cfg)
-        self.decoder = (
-            decoder
-            if decoder is not None
-            else BahdanauDecoder(
-                self.tgt_emb.embedding_dim + output_layer.extra_input_dim, cfg.hidden, self.encoder.out_dim, attention
+        if decoder is None:
+            in_dim = self.tgt_emb.embedding_dim + output_layer.extra_input_dim
+            decoder = recurrent_or_transformer(
+                cfg,
+                lambda: BahdanauDecoder(in_dim, cfg.hidden, self.encoder.out_dim, attention),
+                in_dim,
+                self.encoder.out_dim,
+                attention,
             )
-        )
+        self.decoder = decoder
         self.output = output_layer
         self.static_state_keys = self.STATIC_KEYS | self.decoder.static_keys | output_layer.static_keys
         self.drop = nn.Dropout(cfg.dropout)
@@ -288,11 +296,13 @@ class Seq2Seq(nn.Module):
         """
         emb = self.embed(tgt_in)  # (B, T, E): e(y_0) .. e(y_{T-1}) in one lookup
         whole = getattr(self.decoder, "forward_sequence", None)
-        if whole is not None and not self.output.extra_input_dim and not self.output.sequence_keys:
-            # No input feeding and nothing fed back: x_1..x_T are known up front.
+        given = set(getattr(self.decoder, "sequence_keys", ()))  # what forward_sequence gives per step
+        if whole is not None and not self.output.extra_input_dim and set(self.output.sequence_keys) <= given:
+            # No input feeding and nothing fed back: x_1..x_T are known up front (the Luong and the
+            # transformer decoders; the transformer's coverage comes with its pass).
             x = torch.stack([self.decoder_input(state, tgt_in[:, t], emb[:, t]) for t in range(tgt_in.size(1))], dim=1)
-            s, context, attn = whole(state, x)  # (B, T, H), (B, T, M), (B, T, S)
-            view = {**state, "s": self.drop(s), "context": context, "x": x}
+            s, context, attn, *more = whole(state, x)  # (B, T, H), (B, T, M), (B, T, S)
+            view = {**state, "s": self.drop(s), "context": context, "x": x, **(more[0] if more else {})}
             if attn is not None:
                 view["attn"] = attn
             return view
@@ -367,6 +377,9 @@ class Seq2Seq(nn.Module):
         return torch.stack(gold, dim=1)  # (B, T)
 
 
+ANY_DECODER = ("recurrent", "transformer")  # ``Mechanism.decoders`` of one that runs on either
+
+
 @dataclass(frozen=True)
 class Mechanism:
     """A mechanism as a plug-in declares it: ``MECHANISMS = (Mechanism(...), ...)`` in its module.
@@ -385,10 +398,19 @@ class Mechanism:
     build: Callable[[ModelConfig], Seq2Seq]
     options: type = NoOptions
     variants: tuple[dict, ...] = ({},)
+    # The ``model.decoder`` values its builder accepts: a mechanism opts in to the transformer decoder
+    # (``ANY_DECODER``) when it reads the decoder only through s_t, c_t, a_t and the memory size
+    # ``cfg.memory``; the contract tests then run every variant on it too. Read-Again keeps its own.
+    decoders: tuple[str, ...] = ("recurrent",)
 
     def parse_options(self, options: dict):
         """The typed options of a ``model.<name>`` section (its shared keys already lifted out)."""
         return parse_options(self.options, options, self.name)
+
+    def own_keys(self) -> frozenset[str]:
+        """The keys of its options class: in ``model.<name>`` they are its own, even where a shared
+        size has the same name (Read-Again's ``decoder: lstm | gru`` beside ``model.decoder``)."""
+        return frozenset(f.name for f in fields(self.options))
 
     def reads_source_words(self, options: dict) -> bool:
         """Whether a model of these options reads the source words of a batch (not only their ids)."""

@@ -51,8 +51,9 @@ from models.decoder import LuongDecoder
 from models.encoder import make_encoder
 from models.extended import NEG
 from models.param_count import output_layer_parameters, word_generator_parameters
-from models.seq2seq import Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
+from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 from models.specials import PAD, SPECIALS
+from models.transformer_decoder import recurrent_or_transformer
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +181,17 @@ class LuongOutput(_QueryOutput):
         return self.w(q)  # (..., n)
 
 
-def _luong_skeleton(cfg: ModelConfig, layers: int) -> tuple[nn.Module, LuongDecoder, nn.Embedding]:
+def _luong_skeleton(cfg: ModelConfig, layers: int) -> tuple[nn.Module, nn.Module, nn.Embedding]:
+    """Encoder, decoder (Luong's stacked LSTM of ``layers``, or the transformer decoder under
+    ``model.decoder: transformer``: then s_t is its last layer's output and c_t its alignment
+    head's context) and the decoder's input embeddings."""
     encoder = make_encoder(cfg)
-    decoder = LuongDecoder(cfg.emb, cfg.hidden, encoder.out_dim, layers=layers, dropout=cfg.dropout)
+    decoder = recurrent_or_transformer(
+        cfg,
+        lambda: LuongDecoder(cfg.emb, cfg.hidden, encoder.out_dim, layers=layers, dropout=cfg.dropout),
+        cfg.emb,
+        encoder.out_dim,
+    )
     tgt_emb = nn.Embedding(cfg.tgt_vocab, cfg.emb, padding_idx=PAD)
     return encoder, decoder, tgt_emb
 
@@ -225,6 +234,7 @@ MECHANISMS = (
         build_luong,
         options=LuongOptions,
         variants=({}, {"candidates": 7, "layers": 1}),
+        decoders=ANY_DECODER,
     ),
     Mechanism(
         "wean",
@@ -232,5 +242,6 @@ MECHANISMS = (
         build_wean,
         options=WEANOptions,
         variants=({}, {"score": "dot"}, {"score": "general", "candidates": 8}, {"score": "concat", "layers": 1}),
+        decoders=ANY_DECODER,
     ),
 )

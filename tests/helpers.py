@@ -35,7 +35,7 @@ from benchmarks.toy import (  # noqa: F401  (re-exported: the toy copy task and 
 from models import registry
 from models.config import ModelConfig
 from models.extended import NEG
-from models.registry import SHARED, build_model
+from models.registry import build_model
 from pipeline.decoding.search import beam_search, greedy
 from pipeline.io.shards import ShardWriter, read_split
 from pipeline.serving.predictor import ServingConfig
@@ -136,9 +136,8 @@ def toy_model(
     ``options`` are the mechanism's own settings), built by ``build`` (a builder ``cfg -> model``, or
     a mechanism name for ``models.build_model``), then :func:`sharpened` by ``scale`` (eval mode)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), emb=emb, hidden=hidden, options=options, **(config or {})
-    )
+    sizes = {"emb": emb, "hidden": hidden, **(config or {})}  # ``config`` may resize (e.g. the transformer's)
+    cfg = ModelConfig(src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), options=options, **sizes)
     model = build_model(build, cfg) if isinstance(build, str) else build(cfg)
     return sharpened(model, scale)
 
@@ -298,16 +297,26 @@ SEARCH_SRC_VOCAB, SEARCH_TGT_VOCAB = vocab_of(SEARCH_SRC_WORDS), vocab_of(SEARCH
 LIVE = NEG / 2  # a hypothesis scoring below this used an impossible token
 
 
+# The sizes a contract case on the transformer decoder adds to its variant: 2 heads of size 3 (every
+# head path, the alignment head beside another), 2 layers (the cache of a lower layer feeds the next),
+# an encoder of another size (memory M = 8, decoder H = 6: every bridge reads M, not 2 * hidden).
+TRANSFORMER_DECODER = {"decoder": "transformer", "decoder_heads": 2, "hidden": 6, "encoder_hidden": 4}
+
+
 def contract_cases() -> list[tuple[str, int, dict]]:
-    """``(mechanism, variant number, variant)`` for every declared mechanism and option set."""
-    return [(m.name, i, dict(variant)) for m in registry.DECLARED.values() for i, variant in enumerate(m.variants)]
+    """``(mechanism, variant number, variant)`` for every declared mechanism and option set, and each
+    again on the transformer decoder (variant numbers ``tf<i>``) where the mechanism accepts it."""
+    cases = [(m.name, i, dict(variant)) for m in registry.DECLARED.values() for i, variant in enumerate(m.variants)]
+    for m in registry.DECLARED.values():
+        if "transformer" in m.decoders:
+            cases += [(m.name, f"tf{i}", {**v, **TRANSFORMER_DECODER}) for i, v in enumerate(m.variants)]
+    return cases
 
 
 def contract_model(name: str, variant: dict, device, dtype=torch.float64, seed: int = 3, scale: float = 1.5):
     """Mechanism ``name`` with ``variant`` (a ``model.<name>`` section, shared keys allowed) on the
     contract's vocabularies, sharpened, in eval mode, on ``device``."""
-    shared = {k: v for k, v in variant.items() if k in SHARED}
-    own = {k: v for k, v in variant.items() if k not in SHARED}
+    shared, own = registry.split_section(name, variant)
     model = toy_model(name, CONTRACT_SRC_VOCAB, CONTRACT_TGT_VOCAB, seed=seed, scale=scale, config=shared, **own)
     return model.to(device=device, dtype=dtype)
 
