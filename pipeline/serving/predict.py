@@ -75,7 +75,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pretokenized",
         action="store_true",
-        help="--checkpoint only: inputs are already the corpus's tokens, space-separated",
+        help="inputs are already the corpus's tokens, space-separated (not tokenised again)",
     )
     parser.add_argument("--device", default="cpu", help="--checkpoint only: cpu | auto | cuda[:N] (default: cpu)")
     args = parser.parse_args(argv)
@@ -83,10 +83,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.model and (args.pretokenized or args.vocab or args.task or args.mechanism):
-        parser.error(
-            "--task/--mechanism/--vocab/--pretokenized go with --checkpoint; a registered model carries its own"
-        )
+    if args.model and (args.vocab or args.task or args.mechanism):
+        parser.error("--task/--mechanism/--vocab go with --checkpoint; a registered model carries its own")
     return args
 
 
@@ -169,7 +167,9 @@ def predictor_of(model):
     return predictor if hasattr(predictor, "check_text") else None
 
 
-def check_all(predictor, texts: Sequence[str], beam: int | None, max_len: int | None) -> None:
+def check_all(
+    predictor, texts: Sequence[str], beam: int | None, max_len: int | None, pretokenized: bool | None = None
+) -> None:
     """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
     try:
         predictor.check_params(beam, max_len)
@@ -177,7 +177,7 @@ def check_all(predictor, texts: Sequence[str], beam: int | None, max_len: int | 
         raise PredictError(str(err).replace("beam_size=", "--beam ").replace("max_len=", "--max-len ")) from None
     for i, text in enumerate(texts):
         try:
-            predictor.check_text(i, text)
+            predictor.check_text(i, text, pretokenized)
         except InputRejected as err:
             raise PredictError(f"line {i + 1}: {err.reason}") from None
 
@@ -201,9 +201,11 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     predictor = predictor_of(model)
     size = len(texts)
     if predictor is not None:
-        check_all(predictor, texts, args.beam, args.max_len)
+        check_all(predictor, texts, args.beam, args.max_len, True if args.pretokenized else None)
         size = predictor.config.max_inputs
     params = {k: v for k, v in (("beam_size", args.beam), ("max_len", args.max_len)) if v is not None}
+    if args.pretokenized:  # a registered model's own tokeniser is skipped too (a request param)
+        params["pretokenized"] = True
     lines = []
     for start, stop in chunks(len(texts), size):
         try:

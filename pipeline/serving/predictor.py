@@ -205,6 +205,8 @@ class Predictor:
         self.model, _ = load_model(checkpoint, config.mechanism, self.device, (self.src_vocab, self.tgt_vocab))
         self.subword_model = str(subword_model) if subword_model else None
         self.tokenize = source_tokenizer(config.prepare, config.pretokenized, self.subword_model)
+        # A request may say its texts are already in the corpus's token form (``pretokenized``).
+        self._tokenizers = {flag: source_tokenizer(config.prepare, flag, self.subword_model) for flag in (False, True)}
         self.stop = threading.Event()  # set: running decodes stop, new ones are refused (shutdown)
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
 
@@ -239,7 +241,16 @@ class Predictor:
             out.append(int(value))
         return out[0], out[1]
 
-    def check_text(self, index: int, text: str) -> list[str]:
+    def tokenizer(self, pretokenized: bool | None = None):
+        """The source tokeniser: the corpus reader's (raw text) or a whitespace split of text already
+        in the corpus's token form (``pretokenized``; None: the config's ``pretokenized``)."""
+        if pretokenized is None:
+            return self.tokenize
+        if not isinstance(pretokenized, bool):
+            raise InputRejected(f"pretokenized must be true or false, got {pretokenized!r}")
+        return self._tokenizers[pretokenized]
+
+    def check_text(self, index: int, text: str, pretokenized: bool | None = None) -> list[str]:
         """The source tokens of one text, or an :class:`InputRejected` naming ``index`` when the text
         is longer than ``max_input_chars`` characters or ``max_src_tokens`` tokens (or cannot be
         tokenised)."""
@@ -248,8 +259,9 @@ class Predictor:
             raise InputRejected(
                 f"{len(text)} characters, over the limit of {cfg.max_input_chars} (serving.max_input_chars)", index
             )
+        tokenize = self.tokenizer(pretokenized)
         try:
-            tokens = self.tokenize(text)
+            tokens = tokenize(text)
         except ValueError as err:
             raise InputRejected(f"cannot be tokenised: {err}", index) from None
         if len(tokens) > cfg.max_src_tokens:
@@ -258,14 +270,14 @@ class Predictor:
             )
         return tokens
 
-    def check_inputs(self, texts: Sequence[str]) -> list[list[str]]:
+    def check_inputs(self, texts: Sequence[str], pretokenized: bool | None = None) -> list[list[str]]:
         """The source tokens of every text, after the request-level and per-text limits."""
         if len(texts) > self.config.max_inputs:
             raise InputRejected(
                 f"{len(texts)} texts in one request, over the limit of {self.config.max_inputs} "
                 "(serving.max_inputs): send them in smaller requests"
             )
-        return [self.check_text(i, t) for i, t in enumerate(texts)]
+        return [self.check_text(i, t, pretokenized) for i, t in enumerate(texts)]
 
     def unknown_warning(self, tokens: Sequence[str]) -> str:
         """A warning when more than ``unknown_warning`` of the source tokens are outside the source
@@ -305,11 +317,13 @@ class Predictor:
         beam_size: int | None = None,
         max_len: int | None = None,
         deadline: float | None = None,
+        pretokenized: bool | None = None,
     ) -> list[dict]:
         """One dict per text, in order: ``src`` (tokens), ``tokens`` (output tokens), ``output``
         (text), ``copied`` (output tokens that are source words outside the decoder vocabulary),
         ``score`` (log-probability of the best hypothesis), ``warning`` ('' or why the output is
-        likely unreliable). An empty source gives an empty output.
+        likely unreliable). An empty source gives an empty output. ``pretokenized``: the texts are
+        already in the corpus's token form, space-separated (None: the config's ``pretokenized``).
 
         Every limit is checked before decoding (:class:`InputRejected`). ``deadline`` (a
         ``time.monotonic()`` value; default: now + ``request_timeout_s``) ends decoding with
@@ -318,7 +332,7 @@ class Predictor:
         if deadline is None:
             deadline = time.monotonic() + float(self.config.request_timeout_s)
         beam_size, max_len = self.check_params(beam_size, max_len)
-        sources = self.check_inputs(texts)
+        sources = self.check_inputs(texts, pretokenized)
         out = [
             {"src": s, "tokens": [], "output": "", "copied": [], "score": 0.0, "warning": self.unknown_warning(s)}
             for s in sources

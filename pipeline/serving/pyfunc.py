@@ -215,7 +215,8 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
         """``model_input``: a DataFrame with a ``text`` column (or a list of str). Returns a
         DataFrame with ``output`` (text), ``copied`` and ``tokens`` (lists of str) and ``warning``
         ('' or why the output is likely unreliable), one row per input. ``params``: optional
-        ``beam_size``, ``max_len`` (at most the limits). A refused or interrupted request raises a
+        ``beam_size``, ``max_len`` (at most the limits), ``pretokenized`` (the texts are already
+        the corpus's tokens, space-separated). A refused or interrupted request raises a
         :class:`ServingException` (its error code gives the server's HTTP status)."""
         if self.predictor is None:
             raise RuntimeError("CopySeqModel has no model loaded (load it with mlflow.pyfunc.load_model)")
@@ -230,6 +231,7 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
                 params.get("beam_size"),
                 params.get("max_len"),
                 deadline=time.monotonic() + timeout,
+                pretokenized=params.get("pretokenized"),
             )
         except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
             raise serving_exception(err, timeout) from err
@@ -313,6 +315,8 @@ def signature(config: ServingConfig):
             [
                 ParamSpec("beam_size", DataType.long, int(config.beam_size)),
                 ParamSpec("max_len", DataType.long, int(config.max_len)),
+                # true: the texts are already the corpus's tokens, space-separated (not tokenised again)
+                ParamSpec("pretokenized", DataType.boolean, bool(config.pretokenized)),
             ]
         ),
     )

@@ -147,6 +147,35 @@ def test_predict_cli_registered_model(project, store, tmp_path, capsys, monkeypa
     assert capsys.readouterr().out.splitlines() == ["b [u1] [zz9] [u2]\tu1 zz9 u2", "b s1\t"]
 
 
+def test_predict_cli_pretokenized_with_a_registered_model(project, store, capsys, monkeypatch) -> None:
+    """--pretokenized reaches a registered model (a request param): its reader's tokeniser (here
+    Rush et al.'s, which re-tokenises quotes) is skipped, as with --checkpoint."""
+    import dataclasses
+    import io
+
+    import mlflow
+
+    from pipeline.serving.predict import main
+    from pipeline.serving.predictor import ServingConfig
+    from pipeline.serving.pyfunc import local_model, log_pyfunc_model
+    from pipeline.tracking.registry import register
+
+    rush = ServingConfig.from_params(TASK, "copynet", {"reader": "gigaword", "format": "rush"}, EVALUATE)
+    ckpt, vocab = project / "data/checkpoints" / TASK / "copynet", project / "data/vocab" / TASK
+    mlflow.set_experiment(TASK)
+    with mlflow.start_run(run_name="rush") as run:
+        pass
+    version = register(log_pyfunc_model(run.info.run_id, ckpt, vocab, rush), "rush_task", {"mechanism": "copynet"})
+    text = 'a "u1" b'  # Rush's tokeniser: a `` u# '' b; already tokenised: a "u#" b
+    raw = local_model(ckpt, vocab, rush).predict([text])
+    pre = local_model(ckpt, vocab, dataclasses.replace(rush, pretokenized=True)).predict([text])
+    assert list(raw["tokens"][0]) != list(pre["tokens"][0])
+    for flags, expected in (([], raw), (["--pretokenized"], pre)):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text + "\n"))
+        assert main(["--model", f"models:/rush_task/{version}", *flags]) == 0
+        assert capsys.readouterr().out.splitlines() == [expected["output"][0]]
+
+
 def _params(project: Path) -> dict:
     return yaml.safe_load((project / "params.yaml").read_text())
 
