@@ -40,6 +40,7 @@ from pipeline.io.files import sha256_file, write_json_atomic
 from pipeline.serving.predictor import InputRejected, Predictor, ServerBusy, ServingConfig, verify_files
 
 CONFIG_NAME = "serving.json"
+MODEL_CODE = Path(__file__).with_name("model_code.py")  # builds CopySeqModel when MLflow loads the model
 ARTIFACT_NAME = "model"  # the logged model's name under its run
 # What the served code imports (pipeline/, models/ and their third-party imports), pinned to the
 # installed versions so the model's environment is the one it was logged from.
@@ -354,7 +355,7 @@ def log_pyfunc_model(
         example = pd.DataFrame({"text": list(input_example)}) if input_example else None
         kwargs = dict(
             name=ARTIFACT_NAME,
-            python_model=CopySeqModel(),
+            python_model=str(MODEL_CODE),  # models from code: no CloudPickle of an object
             artifacts=artifacts,
             code_paths=copy_packages(Path(tmp) / "code"),
             pip_requirements=pinned_requirements(),

@@ -134,7 +134,9 @@ def test_exact_match_on_unseen_fillers(project) -> None:
     assert hits["copynet"] >= 18 and hits["rnnsearch"] == 0, hits
 
 
-def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
+def test_logged_model_loads_and_predicts_the_same(project, store, caplog) -> None:
+    import logging
+
     import mlflow
 
     from pipeline.serving.pyfunc import log_pyfunc_model
@@ -152,6 +154,9 @@ def test_logged_model_loads_and_predicts_the_same(project, store) -> None:
         input_example=[OOV_TEXT],
     )
     print(f"log_pyfunc_model: {time.perf_counter() - start:.1f}s")
+    # logged as models from code (pipeline/serving/model_code.py), not an object pickled with CloudPickle
+    assert not [r for r in caplog.records if "cloudpickle" in r.getMessage().lower()]
+    assert caplog.handler.level <= logging.WARNING
     loaded = mlflow.pyfunc.load_model(uri)
     texts = [OOV_TEXT, "a s3 u7 s4 b", "a s1 b"]
     want = local(project, "copynet").predict(texts)
