@@ -219,7 +219,6 @@ def task_settings_entry(task: NewTask, raw: Path) -> dict:
     if task.max_len is not None:
         evaluate["max_len"] = task.max_len
     entry: dict = {"raw": str(raw), "champion": f"test.{key}"}
-    entry["model"] = {"pointer_softmax": {"shortlist": None}}  # every word of the vocabulary in its shortlist
     entry["evaluate"] = evaluate
     if columns:
         entry["compare"] = {"columns": columns}

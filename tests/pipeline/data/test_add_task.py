@@ -53,7 +53,7 @@ def test_add_writes_the_three_entries_and_keeps_every_comment(project, capsys):
     assert not [d for d in diff if d.startswith("- ")]  # nothing removed or changed: comments and layout kept
     added = [d[2:] for d in diff if d.startswith("+ ")]
     assert added[0] == "  support_replies: data/raw/support"
-    assert len(added) == 1 + 13 + 8  # the tasks line; prepare: blank, name, 11 settings; task_settings: blank, 7
+    assert len(added) == 1 + 13 + 6  # the tasks line; prepare: blank, name, 11 settings; task_settings: blank, 5
     assert sum(line.lstrip().startswith("#") for line in after.splitlines()) == sum(
         line.lstrip().startswith("#") for line in before.splitlines()
     )
@@ -75,7 +75,6 @@ def test_add_writes_the_three_entries_and_keeps_every_comment(project, capsys):
     assert params["task_settings"]["support_replies"] == {
         "raw": "data/raw/support",
         "champion": "test.rouge2",
-        "model": {"pointer_softmax": {"shortlist": None}},
         "evaluate": {"metric": "rouge_f"},
         "compare": {"columns": ["rouge1", "rouge2", "rougeL"]},
     }
