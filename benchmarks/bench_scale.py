@@ -114,11 +114,12 @@ def stage_train(work: Path, steps: int, mechanism: str, threads: int) -> dict:
 STAGES = {"generate": stage_generate, "prepare": stage_prepare, "vocab": stage_vocab, "train": stage_train}
 
 
-def run_stage(name: str, work: Path, *extra: str) -> dict:
-    """Run one stage in a child process: its result, wall seconds and peak RSS (MB)."""
+def run_stage(name: str, work: Path, *extra: str, script: str = __file__) -> dict:
+    """Run one stage in a child process (``script stage <name> <work> ...``, which writes
+    ``<work>/<name>.json``): its result, wall seconds and peak RSS (MB)."""
     out = work / f"{name}.json"
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, __file__, "stage", name, str(work), *extra], cwd=REPO)
+    proc = subprocess.Popen([sys.executable, script, "stage", name, str(work), *extra], cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)

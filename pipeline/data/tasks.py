@@ -1,4 +1,4 @@
-"""Which tasks can run here, and switching them on: ``python -m pipeline.data.tasks list|enable``.
+"""Which tasks can run here, switching them on, adding your own: ``python -m pipeline.data.tasks list|enable|add``.
 
 ``list`` shows every task of ``params.yaml`` (``tasks`` and ``task_settings``) and whether its data
 is present: the raw input and every path its reader settings name (the rule of
@@ -6,7 +6,9 @@ is present: the raw input and every path its reader settings name (the rule of
 split. ``enable --available`` (or ``enable NAME ...``) rewrites the ``tasks`` block of params.yaml
 to the tasks whose data is present (the others stay as comments, with the reason they are
 skipped), so `dvc repro` never fails on a corpus that is not there; ``--preset`` also sets
-``preset``. What a task's settings mean: :mod:`pipeline.config.tasks`.
+``preset``. ``add NAME --train F --valid F --test F --src-col C --tgt-col C ...`` makes your own
+corpus a task (:mod:`pipeline.data.add_task`: the ``parallel`` reader's settings, written into
+params.yaml with its comments kept). What a task's settings mean: :mod:`pipeline.config.tasks`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ import yaml
 
 from pipeline.config.params import REPO_ROOT, load_params, section
 from pipeline.config.tasks import task_names, task_settings
+from pipeline.data.add_task import METRICS, AddTaskError, NewTask, add_task
+from pipeline.data.corpora.common import CorpusFormatError
+from pipeline.data.corpora.parallel import TOKENIZERS
+from pipeline.data.corpora.tables import FORMATS
 from pipeline.data.prepare import raw_input_paths
 from pipeline.io.files import write_text_atomic
 
@@ -103,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     enable.add_argument("names", nargs="*", help="tasks to enable (default: --available)")
     enable.add_argument("--available", action="store_true", help="every task whose data is present")
     enable.add_argument("--preset", choices=["paper", "cpu"], help="also set params.yaml's preset")
+    add_arguments(sub.add_parser("add", help="your own corpus as a task (docs/own_data.md)"))
     args = parser.parse_args(argv)
 
     params_path = Path(args.params).resolve()
+    if args.command == "add":
+        return run_add(parser, params_path, args)
     params = load_params(params_path)
     known = list(dict.fromkeys(task_names(params) + list(params.get("task_settings") or {})))
     statuses = {t: task_status(params, t, params_path.parent) for t in known}
@@ -134,6 +143,59 @@ def main(argv: list[str] | None = None) -> int:
     for task, status in statuses.items():
         if task not in enabled:
             print(f"  skipped {task}: {status}")
+    return 0
+
+
+def add_arguments(add: argparse.ArgumentParser) -> None:
+    """The ``add`` subcommand's options (:class:`pipeline.data.add_task.NewTask`)."""
+    add.add_argument("name", help="the task's name (lowercase letters, digits, _)")
+    files = "a tsv/csv/jsonl/parquet/arrow file, or for --format text: source file, target file"
+    add.add_argument("--train", nargs="+", default=[], metavar="FILE", help=f"training data: {files}")
+    add.add_argument("--file", nargs="+", default=[], metavar="FILE", help="one file for every split (with fractions)")
+    add.add_argument("--valid", nargs="+", default=[], metavar="FILE", help=f"validation data ({files}, references)")
+    add.add_argument("--test", nargs="+", default=[], metavar="FILE", help=f"test data ({files}, references)")
+    add.add_argument(
+        "--valid-fraction", type=float, default=0.0, help="carve valid from the train file (hash of the source)"
+    )
+    add.add_argument("--test-fraction", type=float, default=0.0, help="carve test from the train file")
+    add.add_argument("--format", choices=FORMATS, help="default: by the file name")
+    add.add_argument(
+        "--no-header", dest="header", action="store_false", help="tsv/csv without a header: columns by index"
+    )
+    add.add_argument("--delimiter", help="tsv/csv field delimiter (default tab / comma)")
+    add.add_argument("--src-col", help="source column (name, or index with --no-header; default src / 0)")
+    add.add_argument("--tgt-col", help="target column (default tgt / 1)")
+    add.add_argument(
+        "--ref-col", dest="ref_cols", action="append", default=[], help="a further reference column (repeat)"
+    )
+    add.add_argument("--refs-col", help="a column holding a list of further references (jsonl, parquet, arrow)")
+    add.add_argument("--tokenizer", choices=TOKENIZERS, default="whitespace")
+    add.add_argument("--lang", default="en", help="the language of --tokenizer moses")
+    add.add_argument("--lowercase", action="store_true")
+    add.add_argument("--mask-digits", action="store_true", help="every digit #")
+    add.add_argument("--subword", type=int, metavar="VOCAB_SIZE", help="sentencepiece on top, this vocabulary size")
+    add.add_argument("--metric", choices=sorted(METRICS), default="rouge_f")
+    add.add_argument("--max-len", type=int, help="longest output evaluate decodes (default: evaluate.max_len)")
+
+
+def run_add(parser: argparse.ArgumentParser, params_path: Path, args: argparse.Namespace) -> int:
+    """``add``: write the task's entries, print them and what to run next (exit 2 on a refusal)."""
+    if args.file and args.train:
+        parser.error("give --train or --file, not both")
+    fields = {k: v for k, v in vars(args).items() if k not in {"command", "params", "file", "train"}}
+    task = NewTask(train=args.file or args.train, **fields)
+    try:
+        entries = add_task(params_path, task, task_status)
+    except (AddTaskError, CorpusFormatError) as err:
+        parser.error(str(err))
+    prepare = entries["prepare"]
+    splits = [s for s in ("train", "valid", "test") if any(k.startswith(f"{s}_") for k in prepare)]
+    print(
+        f"added task {task.name} to {params_path.name}: raw input {entries['tasks']}, reader parallel "
+        f"({prepare.get('format', 'formats by file name')}, tokenizer {prepare['tokenizer']}), splits {', '.join(splits)}, "
+        f"metric {entries['task_settings']['evaluate']['metric']}, champion {entries['task_settings']['champion']}"
+    )
+    print(f"next: dvc repro prepare@{task.name}   (then `dvc repro`: every mechanism trained, evaluated, compared)")
     return 0
 
 

@@ -4,7 +4,8 @@ A model only understands tokens made the way its training shards were made, so s
 ``predict`` command tokenise with the reader's own function: every reader module that accepts raw
 text declares ``source_tokenizer(settings, pretokenized) -> (str -> list[str])`` (``settings`` =
 ``params['prepare'][<task>]``), and may declare ``DETOKENIZE_JOIN`` (how :func:`detokenize` joins
-output tokens; default ``" "``). This module only finds the reader (by name,
+output tokens; default ``" "``) or ``detokenize_join(settings)`` where the join depends on the
+settings. This module only finds the reader (by name,
 :func:`pipeline.data.corpora.reader_module`) and adds the subword step. What each module declares:
 
 =====================================  ====================================================================
@@ -32,6 +33,9 @@ reader (``prepare.<task>.reader``)     its ``source_tokenizer``: raw text -> sou
                                        both always lowercase unless ``ewsew`` sets ``lowercase: false``.
 ``europarl``                           Moses ``tokenizer.perl -l <src_lang>`` via sacremoses
                                        (:func:`pipeline.data.corpora.europarl.tokenise`, same ``escape``)
+``parallel`` (your own corpus)         its ``tokenizer``: whitespace, Moses (``lang``), characters or jieba words,
+                                       then ``lowercase`` / ``mask_digits`` (:class:`pipeline.data.corpora.parallel.TokenSpec`);
+                                       ``detokenize_join``: no space for characters and jieba words
 =====================================  ====================================================================
 
 ``pretokenized=True`` skips the tokeniser for text already in the corpus's token form (one space
@@ -116,7 +120,11 @@ def detokenize(tokens: Sequence[str], prepare_settings: dict, subword_model: str
     """Output tokens -> text, joined by the reader module's ``DETOKENIZE_JOIN`` (default a single
     space: references are token sequences too; LCSTS declares ``""``); subword pieces are decoded
     first."""
-    join = getattr(_reader(prepare_settings), "DETOKENIZE_JOIN", " ")
+    module = _reader(prepare_settings)
+    if hasattr(module, "detokenize_join"):  # the join depends on the settings (parallel's tokenizer)
+        join = module.detokenize_join(prepare_settings)
+    else:
+        join = getattr(module, "DETOKENIZE_JOIN", " ")
     sp = _subword(prepare_settings, subword_model)
     words = sp.decode_tokens(tokens) if sp is not None else list(tokens)
     return join.join(words)

@@ -18,6 +18,9 @@ row when the file is intact):
 * ``valid_gz`` / ``crlf`` / ``bom`` (the target gzipped / with CRLF line ends / with a UTF-8 BOM):
   read correctly, the same rows and quarantine counts as the plain file.
 
+The parallel reader (your own corpus) runs on its TSV, CSV, JSON Lines and text formats here; its
+Parquet and Arrow inputs, which are not lines of text, are checked in ``test_parallel.py``.
+
 For every run that writes: ``rows_in == rows + rows_quarantined`` per split, and a quarantined
 record costs exactly one row.
 """
@@ -33,7 +36,18 @@ from types import ModuleType
 
 import pytest
 
-from pipeline.data.corpora import dress, duc, europarl, ewsew, gigaword, gigaword_pointers, lcsts, pwkp, turkcorpus
+from pipeline.data.corpora import (
+    dress,
+    duc,
+    europarl,
+    ewsew,
+    gigaword,
+    gigaword_pointers,
+    lcsts,
+    parallel,
+    pwkp,
+    turkcorpus,
+)
 from pipeline.data.corpora.common import CorpusFormatError
 from tests.helpers import FIXTURES, StubTagger, quarantine, split_rows
 
@@ -227,6 +241,20 @@ def _europarl(root: Path) -> Case:
     return Case(europarl, settings, en, 2, [en, fr], expect={"long_token": ("line_too_long", 2)})
 
 
+def _parallel(names: tuple[str, ...], **settings):
+    """The parallel reader (your own corpus) on one format of tests/fixtures/parallel: line 2 of the
+    train file is the first example of a table (its line 1 a header) and an example of text files."""
+
+    def case(root: Path) -> Case:
+        _copy(root, *(FIX / "parallel" / name for name in names))
+        paths = {k: str(root / v) for k, v in settings.items() if k.endswith("_file")}
+        config = {k: v for k, v in settings.items() if not k.endswith("_file")} | paths
+        train = [Path(v) for k, v in paths.items() if k.startswith("train_")]
+        return Case(parallel, config, train[0], 2, train)
+
+    return case
+
+
 READERS: dict[str, Callable[[Path], Case]] = {
     "gigaword_rush": _gigaword_rush,
     "gigaword_sgml": _gigaword_sgml,
@@ -242,6 +270,23 @@ READERS: dict[str, Callable[[Path], Case]] = {
     "ewsew_hwang": _ewsew_hwang,
     "ewsew_kauchak": _ewsew_kauchak,
     "europarl": _europarl,
+    "parallel_tsv": _parallel(
+        ("train.tsv", "valid.tsv"), train_file="train.tsv", valid_file="valid.tsv", src_col="question", tgt_col="answer"
+    ),
+    "parallel_csv": _parallel(
+        ("train.csv", "valid.csv"), train_file="train.csv", valid_file="valid.csv", src_col="question", tgt_col="answer"
+    ),
+    "parallel_jsonl": _parallel(
+        ("train.jsonl", "valid.jsonl"), train_file="train.jsonl", valid_file="valid.jsonl", src_col="q", tgt_col="a"
+    ),
+    "parallel_text": _parallel(
+        ("train.src", "train.tgt", "valid.src", "valid.tgt"),
+        train_src_file="train.src",
+        train_tgt_file="train.tgt",
+        valid_src_file="valid.src",
+        valid_tgt_file="valid.tgt",
+        tokenizer="moses",
+    ),
 }
 
 

@@ -1,0 +1,56 @@
+"""Editing params.yaml as text, so that its comments and layout survive: entries are inserted at the
+end of a top-level block mapping, and the result must load as the expected mapping."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import yaml
+
+
+def block_end(text: str, key: str) -> int:
+    """The offset just after the last indented line of the top-level block mapping ``key:`` (whose
+    value starts on the next line). ``ValueError`` when there is no such block."""
+    match = re.search(rf"^{re.escape(key)}:[ \t]*(?:#[^\n]*)?$", text, re.M)
+    if match is None:
+        raise ValueError(f"params.yaml has no top-level block '{key}:' (with its entries on the lines below)")
+    end = match.end()
+    pos = end + 1
+    for line in text[end + 1 :].splitlines(keepends=True):
+        if line.strip() and not line[0].isspace():
+            break  # the next top-level key, or a column-0 comment above it
+        pos += len(line)
+        if line.strip():
+            end = pos
+    return min(end, len(text))
+
+
+def insert_entries(text: str, key: str, lines: Sequence[str], blank_line: bool = False) -> str:
+    """``text`` with ``lines`` (indented already) added at the end of the top-level block ``key``."""
+    end = block_end(text, key)
+    head, tail = text[:end], text[end:]
+    if not head.endswith("\n"):  # a block without entries (or a last line without its newline)
+        head, tail = head + "\n", tail.removeprefix("\n")
+    block = ("\n" if blank_line else "") + "".join(line + "\n" for line in lines)
+    return head + block + tail
+
+
+def flow_yaml(value) -> str:
+    """One value in YAML flow style on one line (``[a, b]``, ``{k: v}``, a scalar)."""
+    dumped = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True)
+    return dumped.removesuffix("\n").removesuffix("\n...").strip()
+
+
+def indented_yaml(mapping: dict, indent: int = 2, top: bool = True) -> list[str]:
+    """``mapping`` as block YAML lines indented by ``indent`` spaces: its own values that are
+    mappings, and deeper mappings that hold mappings, are blocks; anything else is one line in flow
+    style, as params.yaml writes its entries."""
+    lines = []
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value and (top or any(isinstance(v, dict) for v in value.values())):
+            lines.append(f"{' ' * indent}{flow_yaml(key)}:")
+            lines.extend(indented_yaml(value, indent + 2, top=False))
+        else:
+            lines.append(f"{' ' * indent}{flow_yaml(key)}: {flow_yaml(value)}")
+    return lines
