@@ -4,7 +4,8 @@ A block in a markdown file is a pair of marker comments::
 
     <!-- results:TASK -->              every table of TASK's comparison page
     <!-- results:TASK:SPLIT:KEY -->    one table of it: SPLIT, and KEY = top1 / top10 (exact match)
-                                       or the metric kind (rouge_f, bleu_sari, ...) of a text task
+                                       or the metric kind (rouge_f, bleu_sari, ...) of a text task,
+                                       or copy (the copy analysis, when the metrics files have it)
     ... generated, do not edit ...
     <!-- /results -->
 
@@ -56,8 +57,16 @@ BLOCK = re.compile(r"<!-- results:(?P<spec>[^\s>]+) -->\n(?P<body>.*?)<!-- /resu
 # the section headings pipeline.reporting.compare.comparison_markdown writes
 SECTION = re.compile(
     r"^## (?P<split>[^\s:]+)(?: \(\d+ examples\))?: "
-    r"(?:exact-match accuracy, (?P<key>\S+) \(%\)|(?P<kind>\S+))$"
+    r"(?:exact-match accuracy, (?P<key>\S+) \(%\)|(?P<copy>copy analysis)|(?P<kind>\S+))$"
 )
+
+
+def section_key(m: re.Match) -> str:
+    """A section's KEY in ``results:TASK:SPLIT:KEY``: top1 / top10, the metric kind, or ``copy``
+    (the copy analysis)."""
+    return m["key"] or ("copy" if m["copy"] else m["kind"])
+
+
 NEW_BLOCKS_FILE = "docs/results.md"
 
 
@@ -148,9 +157,9 @@ def render(spec: str, root: Path, params: dict, cache: dict) -> str:
         text = "\n\n".join(f"### {task} / {head[3:]}\n\n{body}" for _, head, body in parts)
     else:
         split, key = rest
-        chosen = [body for m, _, body in parts if m and m["split"] == split and (m["key"] or m["kind"]) == key]
+        chosen = [body for m, _, body in parts if m and m["split"] == split and section_key(m) == key]
         if not chosen:
-            have = ", ".join(f"{m['split']}:{m['key'] or m['kind']}" for m, _, _ in parts if m)
+            have = ", ".join(f"{m['split']}:{section_key(m)}" for m, _, _ in parts if m)
             raise RenderError(
                 f"block results:{spec}: the comparison page of {task} has no {split}:{key} "
                 f"table (it has: {have or 'none'})"

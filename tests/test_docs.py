@@ -235,3 +235,39 @@ def test_experiment_blocks_render_seed_and_curve_tables_and_one_runs_comparison(
     (curve / "4000" / "copynet.json").write_text('{"test": {"n": 3, "metric": "rouge_f", "rouge1": 25.0}}')
     stale = render("--check", root=root)
     assert stale.returncode == 1 and "docs/results.md: block results:experiment/giga differs" in stale.stderr
+
+
+def test_copy_analysis_renders_where_the_metrics_files_have_it(tmp_path):
+    root = _project(tmp_path)
+    before = render(root=root)
+    assert before.returncode == 0
+    results = (root / "docs" / "results.md").read_text(encoding="utf-8")
+    assert "copy analysis" not in results  # the committed metrics files predate it: no table, no crash
+    path = root / "data/eval/runs/copy_rules/copynet/metrics.json"
+    metrics = json.loads(path.read_text(encoding="utf-8"))
+    outputs = {
+        "copied": 80.0,
+        "novel_1gram": 20.0,
+        "novel_2gram": 30.0,
+        "novel_3gram": 40.0,
+        "novel_4gram": 50.0,
+        "repeated_3gram": 1.0,
+        "length": 6.5,
+        "oov_recall": 75.0,
+        "length_ratio": 1.0,
+    }
+    refs = {**outputs, "count": metrics["test"]["n"], "oov": 10.0, "oov_tokens": 12}
+    del refs["oov_recall"], refs["length_ratio"]
+    metrics["test"]["copy"] = {"outputs": outputs, "references": refs}
+    path.write_text(json.dumps(metrics), encoding="utf-8")
+    (root / "README.md").write_text("<!-- results:copy_rules:test:copy -->\n<!-- /results -->\n", encoding="utf-8")
+    assert render(root=root).returncode == 0
+    table = (root / "README.md").read_text(encoding="utf-8")
+    assert "| CopyNet (ours) | 80.0 | 20.0 | 30.0 | 40.0 | 50.0 | 1.0 | 75.0 | 6.50 |" in table
+    assert "| References | 80.0 | 20.0 | 30.0 | 40.0 | 50.0 | 1.0 | - | 6.50 |" in table
+    assert "RNNSearch" not in table  # its metrics file has no copy analysis: no row
+    full = (root / "docs" / "results.md").read_text(encoding="utf-8")
+    assert f"### copy_rules / test ({metrics['test']['n']} examples): copy analysis" in full
+    (root / "README.md").write_text("<!-- results:copy_rules:test_unseen:copy -->\n<!-- /results -->\n")
+    missing = render("--check", root=root)
+    assert missing.returncode == 2 and "no test_unseen:copy table" in missing.stderr

@@ -1,4 +1,6 @@
 """Metrics equal to the official tools: exact match (CopyNet Table 1) and the text metrics by name
 (``registry``: ``TEXT_METRICS``, the one place a metric is added), ROUGE-1.5.5 ported with its own
 Porter stemmer and WordNet exceptions (``rouge``, ``rouge_stem``), multi-bleu BLEU (``bleu``) and
-SARI (``sari``). It imports no other package of ``pipeline``."""
+SARI (``sari``); beside them the copy analysis of outputs and references (``copy_analysis``: copied
+tokens, novel n-grams, repeated trigrams, OOV recall, lengths; See et al. 2017). It imports no
+other package of ``pipeline``."""

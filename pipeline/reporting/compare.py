@@ -5,6 +5,10 @@ Two shapes:
 * exact match (CopyNet Table 1): per split, top-1 and top-k accuracy per group (rule type);
 * text metrics (ROUGE, BLEU, SARI): per split, one column per metric key (``compare.columns``).
 
+After them, per split, the copy analysis (:mod:`pipeline.metrics.copy_analysis`): one row per
+mechanism whose metrics.json has it, and a references row; a page of metrics files written before
+it existed simply has no such table.
+
 Published rows come from ``pipeline.reporting.paper_results``; ``compare.paper_tables`` maps a paper table's
 id to the split of ours it is printed under (e.g. ``readagain_duc2004: duc2004``). A paper row
 shows the paper's own columns; a column we do not compute is '-' in our rows.
@@ -119,6 +123,64 @@ def _paper_note(paper: dict) -> str:
     )
 
 
+COPY_COLUMNS = {  # metrics.json key -> column of the copy-analysis table
+    "copied": "copied",
+    "novel_1gram": "novel 1-grams",
+    "novel_2gram": "novel 2-grams",
+    "novel_3gram": "novel 3-grams",
+    "novel_4gram": "novel 4-grams",
+    "repeated_3gram": "repeated 3-grams",
+    "oov_recall": "ref. OOV recall",
+    "length": "length",
+}
+REFERENCES = "references"  # the row of the references' own analysis
+
+
+def copy_rows(metrics: dict[str, dict], split: str) -> dict[str, dict]:
+    """{mechanism: its outputs' copy analysis} of ``split`` for every mechanism whose metrics have
+    one, then ``references``: the references' (the same in every mechanism's file; the first's)."""
+    rows, refs = {}, None
+    for mech, m in metrics.items():
+        copy = (m.get(split) or {}).get("copy")
+        if not copy:
+            continue
+        rows[mech] = copy.get("outputs") or {}
+        refs = refs or copy.get("references")
+    if rows and refs:
+        rows[REFERENCES] = refs
+    return rows
+
+
+def copy_markdown(metrics: dict[str, dict], split: str, display: dict[str, str]) -> str:
+    """The copy-analysis table of ``split`` (empty when no mechanism's metrics have one)."""
+    rows = copy_rows(metrics, split)
+    if not rows:
+        return ""
+    n = next(m[split]["n"] for m in metrics.values() if "copy" in (m.get(split) or {}))
+    refs = rows.get(REFERENCES) or {}
+    lines = [
+        f"\n## {split} ({n} examples): copy analysis\n\n",
+        "Percent of the output tokens found in the source (copied) and of the output n-grams not in the "
+        "source (novel) or equal to an earlier trigram of the same output (repeated), pooled over the "
+        "split; ref. OOV recall: the references' tokens outside the target vocabulary that the output "
+        "contains; length: mean tokens. The references row is the references' own analysis "
+        "(See et al. 2017, Figures 4 and 6; definitions in docs/paper_tasks.md).",
+    ]
+    if refs.get("oov") is not None:
+        lines.append(
+            f" The {refs['count']} references have {refs['oov_tokens']} tokens ({refs['oov']:.1f}%) outside "
+            "the target vocabulary."
+        )
+    lines.append(
+        "\n\n| model | " + " | ".join(COPY_COLUMNS.values()) + " |\n|---|" + "---:|" * len(COPY_COLUMNS) + "\n"
+    )
+    for mech, values in rows.items():
+        label = "References" if mech == REFERENCES else f"{display.get(mech, mech)} (ours)"
+        cells = [_fmt(values.get(key), 2 if key == "length" else 1) for key in COPY_COLUMNS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |\n")
+    return "".join(lines)
+
+
 def comparison_markdown(
     task: str, metrics: dict[str, dict], cfg: CompareConfig, display: dict[str, str], metric_kinds: dict[str, str]
 ) -> str:
@@ -151,6 +213,7 @@ def comparison_markdown(
             if paper:
                 out.append(_paper_note(paper) + "\n")
             out.append(markdown_table(rows, columns, display, paper, digits=2))
+    out.extend(copy_markdown(metrics, split, display) for split in splits)
     skipped = sorted(
         {
             f"{split}: {m[split]['skipped']}"

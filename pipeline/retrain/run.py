@@ -116,7 +116,7 @@ def _run(record, root: Path, cfg, tparams, spec, eval_settings, run_dir: Path, t
         spec, record["challenger"]["value"], champion_value, cfg.margin, champion.version if champion else None
     )
     record["reason"] = reason
-    steps.log_decision(tracking.experiment(cfg.task), trained["run_id"], spec, record, promote)
+    steps.log_decision(tracking.experiment(cfg.task), trained["run_id"], spec, record, promote, task=cfg.task)
     if promote:
         tags = promotion_tags(record, spec, challenger_metrics)
         version = retried(steps.register_challenger)(cfg.task, trained, tparams, tags, prefix)

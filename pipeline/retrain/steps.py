@@ -3,14 +3,16 @@ in the flow; :mod:`pipeline.retrain.run` calls them in order).
 
 * **training** (:func:`train_challenger`): in-process (``pipeline.training.job``) into the run's own
   directory ``data/retrain/<task>/runs/<stamp>/{checkpoint,vocab}``, with a snapshot of the
-  vocabularies; a retry resumes from its ``last.pt`` and reopens its MLflow run (``run.json``).
+  vocabularies; a retry resumes from its ``last.pt`` and reopens its MLflow run (``run.json``),
+  which records the train and valid splits as its dataset inputs.
 * **scoring** (:func:`score_checkpoint`, :func:`score_champion`): champion and challenger are
   decoded on exactly the frozen test copy with the same code (``pipeline.decoding``); old numbers
   are never trusted. The champion's files come from the registry (:func:`champion_files`).
 * **promotion** (:func:`register_challenger`, then :func:`move_alias`): the challenger is logged as
   a pyfunc model and registered as a version tagged with
   :func:`pipeline.retrain.decision.promotion_tags`; the ``champion`` alias moves last.
-* :func:`log_decision` puts the scores and the decision on the challenger's MLflow run.
+* :func:`log_decision` puts the scores, the decision and the frozen test copy (a dataset input) on
+  the challenger's MLflow run.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
     tags = {**provenance_tags(manifests), "task": task_name, "mechanism": mechanism, f"{TAG}run": run_dir.name}
     with RunLogger(experiment, f"retrain-{mechanism}", previous, tags=tags) as run:
         write_json_atomic(run_file, {"run_id": run.run_id})
+        run.datasets(task_name, {s: paths.split(s) for s in manifests}, stage="train")  # the data version it saw
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg)})
         history = job.run(
@@ -175,9 +178,15 @@ def move_alias(task_name: str, version: str, reason: str, prefix: str = "") -> N
     registry.set_champion(task_name, version, reason, prefix)
 
 
-def log_decision(experiment: str, run_id: str, spec: MetricSpec, record: dict, promote: bool) -> None:
-    """The frozen-test scores and the decision on the challenger's MLflow run."""
+def log_decision(
+    experiment: str, run_id: str, spec: MetricSpec, record: dict, promote: bool, task: str | None = None
+) -> None:
+    """The frozen-test scores and the decision on the challenger's MLflow run; with ``task``, the
+    frozen test copy both models were scored on as the run's ``evaluation`` dataset input."""
     with RunLogger(experiment, "retrain", run_id) as run:
+        if task is not None:
+            frozen = {spec.split: Path(record["frozen_test"]["dir"])}
+            run.datasets(task, frozen, stage="evaluate", tags={spec.split: {"frozen_test": "true"}})
         run.metrics(
             {
                 f"frozen_{spec.name}": record["challenger"]["value"],

@@ -84,21 +84,32 @@ def write_plots(paths: TaskPaths, metrics: dict, cfg: CompareConfig, kinds: dict
     return png
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def comparison_metrics(metrics: dict[str, dict]) -> dict[str, float]:
     """``<mechanism>.<split>.<key>`` for every number a mechanism's metrics.json has per split
-    (groups too: ``copynet.test.x->xx.top1``)."""
+    (groups too: ``copynet.test.x->xx.top1``), and its copy analysis: the outputs' as
+    ``<mechanism>.<split>.copy.<key>``, the references' once per split as
+    ``references.<split>.copy.<key>`` (the same for every mechanism)."""
     flat = {}
     for mech, per_split in metrics.items():
         for split, values in per_split.items():
             if not isinstance(values, dict):
                 continue
             for key, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "n":
+                if _number(value) and key != "n":
                     flat[f"{mech}.{split}.{key}"] = value
             for group, group_values in (values.get("groups") or {}).items():
                 for key, value in group_values.items():
-                    if isinstance(value, (int, float)) and key != "n":
+                    if _number(value) and key != "n":
                         flat[f"{mech}.{split}.{group}.{key}"] = value
+            copy = values.get("copy") or {}
+            for side, prefix in (("outputs", f"{mech}.{split}"), ("references", f"references.{split}")):
+                for key, value in (copy.get(side) or {}).items():
+                    if _number(value):
+                        flat[f"{prefix}.copy.{key}"] = value
     return flat
 
 

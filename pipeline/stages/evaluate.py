@@ -1,10 +1,12 @@
 """evaluate@<task>-<mechanism>: beam search on the test splits, their metrics, the heat map, and the
 model registered (``flows/evaluate.py`` runs :func:`run` as a Prefect flow).
 
-Writes predictions (JSONL per split), metrics.json (read by DVC) and a CopyNet Figure 3-style heat
-map, logs the same metrics dict and files to the mechanism's MLflow run (the training's, found
-through run.json: :mod:`pipeline.tracking.handoff`), and registers the model as an MLflow pyfunc
-(raw text in, output text out) under the task's registered model.
+Writes predictions (JSONL per split), metrics.json (read by DVC; each split with its ``copy``
+analysis of the outputs and references, :mod:`pipeline.metrics.copy_analysis`) and a CopyNet
+Figure 3-style heat map; logs the same metrics dict, the scored splits as dataset inputs and the
+files to the mechanism's MLflow run (the training's, found through run.json:
+:mod:`pipeline.tracking.handoff`), and registers the model as an MLflow pyfunc (raw text in, output
+text out) under the task's registered model.
 """
 
 from __future__ import annotations
@@ -48,7 +50,23 @@ def evaluate_split(
         f"({len(records) / max(seconds, 1e-9):.1f} sentences/s, beam {cfg.beam_size})"
     )
     write_jsonl_atomic(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", records)
-    return score_records(records, cfg, split)
+    return score_records(records, cfg, split, tgt_vocab=vocabs[1])
+
+
+def copy_summary(copy: dict) -> str:
+    """One line of a split's copy analysis: outputs against references."""
+    out, ref = copy["outputs"], copy["references"]
+
+    def num(v, unit: str = "%") -> str:
+        return "-" if v is None else f"{v:.1f}{unit}"
+
+    return (
+        f"copied {num(out['copied'])} (references {num(ref['copied'])}), "
+        f"novel 2-grams {num(out['novel_2gram'])} ({num(ref['novel_2gram'])}), "
+        f"repeated 3-grams {num(out['repeated_3gram'])} ({num(ref['repeated_3gram'])}), "
+        f"reference OOV recall {num(out['oov_recall'])} of {ref['oov_tokens']}, "
+        f"length {num(out['length'], '')} ({num(ref['length'], '')})"
+    )
 
 
 def heatmap(model, paths: TaskPaths, mechanism: str, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device) -> Path:
@@ -119,6 +137,8 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
 
     with RunLogger(TrackingConfig.from_params(params).experiment(task_name), mechanism, run_id) as run_:
         run_.metrics(metrics)
+        scored = {s: {"rows_scored": str(metrics[s]["n"])} for s in splits}
+        run_.datasets(task_name, {s: paths.split(s) for s in splits}, stage="evaluate", tags=scored)
         run_.tags({f"evaluate.compute.{k}": str(v) for k, v in compute.items()})
         run_.artifact(plot)
         run_.artifact(paths.evaluation(mechanism) / "metrics.json")
@@ -129,6 +149,7 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     for split, m in metrics.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
         print(f"{task_name}/{mechanism}/{split}: {shown} (n={m['n']})")
+        print(f"{task_name}/{mechanism}/{split}: {copy_summary(m['copy'])}")
     for split, m in skipped.items():
         print(f"{task_name}/{mechanism}/{split}: {m['skipped']}")
     return metrics

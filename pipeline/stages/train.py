@@ -86,6 +86,7 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
         parent_run_id=parent,
     ) as run:
         record.started(run.run_id, identity)
+        run.datasets(task_name, {s: paths.split(s) for s in manifests}, stage="train")  # the data version it saw
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg), **sizes})
         compute = compute_settings(train_cfg.threads, train_cfg.deterministic)  # what fixes the results

@@ -17,7 +17,8 @@ parent. The key leaves out ``dvc.lock``, which every finishing stage rewrites; i
 Provenance (:func:`provenance_tags`), on every run: ``git_commit``, ``dvc_lock_sha256`` (the whole
 file when the run was opened), ``dvc.stage.<stage>`` (sha256 of that stage's ``dvc.lock`` entry, for
 the task's stages: ``prepare/<task>``, ``vocab/<task>``, ``train/<task>-<mechanism>`` ...) and
-``data.<split>.content_sha256`` of each manifest; params are logged as params.
+``data.<split>.content_sha256`` of each manifest; params are logged as params. The splits a run read
+are its MLflow dataset inputs (:meth:`RunLogger.datasets`, :mod:`pipeline.tracking.datasets`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from pipeline.config.params import REPO_ROOT
 from pipeline.config.tasks import effective_params
 from pipeline.io.files import sha256_file
+from pipeline.tracking.datasets import split_inputs
 
 
 def tracking_uri() -> str:
@@ -309,6 +311,14 @@ class RunLogger:
 
     def tags(self, tags: dict) -> None:
         self.mlflow.set_tags(tags)
+
+    def datasets(
+        self, task: str, split_dirs: dict[str, Path], stage: str, tags: dict[str, dict[str, str]] | None = None
+    ) -> None:
+        """The splits (``{split: shard folder}``) as the run's dataset inputs, in their role for
+        ``stage`` (:mod:`pipeline.tracking.datasets`); ``tags``: extra input tags per split."""
+        datasets, contexts, tags_list = split_inputs(task, split_dirs, stage, tags)
+        self.mlflow.log_inputs(datasets=datasets, contexts=contexts, tags_list=tags_list)
 
     def artifact(self, path: Path, subdir: str | None = None) -> None:
         self.mlflow.log_artifact(str(path), artifact_path=subdir)

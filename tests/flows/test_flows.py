@@ -18,6 +18,8 @@ def test_all_flows_end_to_end(harness, tiny_project):
     from flows.train import train_flow
     from flows.vocab import vocab_flow
     from pipeline.io.shards import read_manifest
+    from pipeline.metrics.copy_analysis import copy_analysis
+    from pipeline.vocab.vocabulary import Vocab
 
     params = str(tiny_project / "params.yaml")
     manifests = prepare_corpus("copy_rules", params)
@@ -46,6 +48,14 @@ def test_all_flows_end_to_end(harness, tiny_project):
         assert 0.0 <= metrics["test"]["top1"] <= metrics["test"]["top10"] <= 100.0
         preds = (tiny_project / f"data/eval/runs/copy_rules/{mech}/predictions/test.jsonl").read_text().splitlines()
         assert len(preds) == 20 and len(json.loads(preds[0])["nbest"]) == 3
+        # each split's copy analysis: the best outputs and the references against the sources read
+        records = [json.loads(line) for line in preds]
+        tgt_vocab = Vocab.load(tiny_project / "data/vocab/copy_rules/tgt.vocab")
+        refs = [r.get("refs") or [r["tgt"]] for r in records]
+        by_hand = copy_analysis([r["pred"] for r in records], refs, [r["src"] for r in records], tgt_vocab)
+        assert metrics["test"]["copy"] == by_hand
+        assert metrics["test"]["copy"]["references"]["count"] == 20  # one reference per example
+        assert set(metrics["test_unseen"]["copy"]) == {"outputs", "references"}
 
     import yaml
 
@@ -66,6 +76,25 @@ def test_all_flows_end_to_end(harness, tiny_project):
         m = json.loads((tiny_project / f"data/eval/runs/copy_rules/{mech}/metrics.json").read_text())
         assert by_name[mech]["metrics.test.top1"] == pytest.approx(m["test"]["top1"])
         assert by_name[mech]["metrics.valid_loss"] > 0
+        copied = m["test"]["copy"]["outputs"]["copied"]
+        assert by_name[mech]["metrics.test.copy.outputs.copied"] == pytest.approx(copied)
+        # the run's dataset inputs: every split it read, the digest from the shard manifest's content hash
+        inputs = mlflow.MlflowClient().get_run(by_name[mech]["run_id"]).inputs.dataset_inputs
+        seen = {i.dataset.name: i for i in inputs}
+        assert sorted(seen) == ["copy_rules/test", "copy_rules/test_unseen", "copy_rules/train", "copy_rules/valid"]
+        for split, manifest in manifests.items():
+            ds = seen[f"copy_rules/{split}"].dataset
+            assert ds.digest == manifest["content_sha256"][:16]
+            assert json.loads(ds.profile)["content_sha256"] == manifest["content_sha256"]
+            assert json.loads(ds.profile)["num_rows"] == manifest["rows"]
+            assert json.loads(ds.source)["uri"] == str((tiny_project / f"data/shards/copy_rules/{split}").resolve())
+        contexts = {n: {t.key: t.value for t in i.tags}["mlflow.data.context"] for n, i in seen.items()}
+        assert contexts == {
+            "copy_rules/train": "training",
+            "copy_rules/valid": "validation",
+            "copy_rules/test": "evaluation",
+            "copy_rules/test_unseen": "evaluation",
+        }
         # What decided the run's arithmetic (pipeline.runtime.math_pins): this test process imported torch
         # before any pinning, and the tags say so rather than claim it pinned.
         for stage in ("train", "evaluate"):
@@ -81,6 +110,11 @@ def test_all_flows_end_to_end(harness, tiny_project):
     cn = json.loads((tiny_project / "data/eval/runs/copy_rules/copynet/metrics.json").read_text())
     assert parent["metrics.copynet.test.top1"] == pytest.approx(cn["test"]["top1"])
     assert parent["metrics.rnnsearch.test_unseen.top1"] >= 0 and parent["status"] == "FINISHED"
+    # ... and the copy analysis: each mechanism's outputs, the references once
+    assert parent["metrics.copynet.test.copy.copied"] == pytest.approx(cn["test"]["copy"]["outputs"]["copied"])
+    refs_novel = cn["test"]["copy"]["references"]["novel_2gram"]
+    assert parent["metrics.references.test.copy.novel_2gram"] == pytest.approx(refs_novel)
+    assert "## test (20 examples): copy analysis" in text and "| References | " in text
     names = {a.path for a in client.list_artifacts(parent["run_id"])}
     assert {"copy_rules.md", "copy_rules.png", "copy_rules.csv"} <= names
     assert all(by_name[m]["tags.mlflow.parentRunId"] == parent["run_id"] for m in ("rnnsearch", "copynet"))

@@ -53,3 +53,21 @@ def test_exact_match_stays_the_default():
     cfg = EvalConfig.from_dict({"topk": 1})
     out = score_records(RECORDS, cfg, "test")
     assert out["n"] == 2 and out["top1"] == 0.0  # neither prediction equals its tgt
+
+
+def test_copy_analysis_beside_the_metric_given_the_target_vocabulary():
+    from pipeline.metrics.copy_analysis import copy_analysis
+
+    vocab = {"the", "cat", "sat", "on", "mat", "a", "dogs", "bark"}  # "dog", "barks", "down", "barking" are OOV
+    for cfg in (EvalConfig.from_dict({"topk": 1}), EvalConfig.from_dict({"metric": "rouge_f"})):
+        out = score_records(RECORDS, cfg, "test", tgt_vocab=vocab)
+        # every reference of refs (not tgt alone), the best output, the source the model read
+        assert out["copy"] == copy_analysis(
+            [r["pred"] for r in RECORDS], [r["refs"] for r in RECORDS], [r["src"] for r in RECORDS], vocab
+        )
+        # outputs: the cat sat (3 of 3 in the source) + dog barks (0 of 2): 3 of 5 copied
+        assert out["copy"]["outputs"]["copied"] == 60.0
+        # reference OOV tokens: down (ref 2 of example 1), barking (ref 2 of example 2); neither output has them
+        assert out["copy"]["references"]["oov_tokens"] == 2 and out["copy"]["outputs"]["oov_recall"] == 0.0
+        assert out["copy"]["references"]["count"] == 4  # two references per example
+    assert "copy" not in score_records(RECORDS, EvalConfig.from_dict({"topk": 1}), "test")

@@ -314,6 +314,14 @@ def test_first_run_promotes_and_freezes_the_test_set(project, champion):
     # the challenger's MLflow run carries the decision
     run = MlflowClient().get_run(record["challenger"]["run_id"])
     assert run.data.tags["retrain.decision"] == "promote" and run.data.metrics["frozen_test.top1"] == value
+    # ... and the data it saw: train/valid for training, the frozen test copy for the evaluation
+    inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
+    assert sorted(inputs) == [f"{task}/test", f"{task}/train", f"{task}/valid"]
+    assert inputs[f"{task}/train"].dataset.digest == train_sha[:16]
+    frozen_input = inputs[f"{task}/test"]
+    assert frozen_input.dataset.digest == test_manifest["content_sha256"][:16]
+    assert json.loads(frozen_input.dataset.source)["uri"] == str(frozen.resolve())
+    assert {t.key: t.value for t in frozen_input.tags}["mlflow.data.context"] == "evaluation"
     [line] = decisions(project, task)
     assert line == json.loads(json.dumps(record, default=str))
 
