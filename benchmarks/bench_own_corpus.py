@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_scale import MemorySampler, run_stage
+from benchmarks.bench_scale import MemorySampler, print_memory_growth, print_stage_table, run_stage
 
 
 def stage_generate(work: Path, pairs: int) -> dict:
@@ -97,30 +97,12 @@ def main(argv: list[str] | None = None) -> None:
                 rows[f"prepare_{fmt}"] = run_stage(f"prepare_{fmt}", work, args.tokenizer, script=__file__)
             rows["vocab"] = run_stage("vocab", work, script=__file__)
             results[size] = rows
-            print(f"\n## {size:,} pairs (tokenizer {args.tokenizer})", flush=True)
-            print(
-                "| stage | seconds | pairs/s | peak RSS (MB) | peak anonymous (MB) | peak file-backed (MB) | notes |\n"
-                "|---|---:|---:|---:|---:|---:|---|"
-            )
-            for name, r in rows.items():
-                notes = f"rows {r['rows']}" if "rows" in r else ""
-                if name == "vocab":
-                    notes = f"vocabularies {r['src_vocab']:,} / {r['tgt_vocab']:,}"
-                if name == "generate":
-                    notes = "TSV and Parquet (pairs/s counts both)"
-                print(
-                    f"| {name} | {r['seconds']:.1f} | {r['pairs_per_s']:,.0f} | {r['peak_rss_mb']:,.0f} | "
-                    f"{r['peak_anon_mb']:,} | {r['peak_file_mb']:,} | {notes} |",
-                    flush=True,
-                )
+            notes = {name: f"rows {r['rows']}" if "rows" in r else "" for name, r in rows.items()}
+            notes["vocab"] = f"vocabularies {rows['vocab']['src_vocab']:,} / {rows['vocab']['tgt_vocab']:,}"
+            notes["generate"] = "TSV and Parquet (pairs/s counts both)"
+            print_stage_table(f"{size:,} pairs (tokenizer {args.tokenizer})", rows, notes)
             shutil.rmtree(work, ignore_errors=True)
-        if len(results) > 1:
-            small, big = min(results), max(results)
-            print(f"\n## peak memory, {big:,} vs {small:,} pairs ({big / small:.0f}x the data)")
-            for name in results[small]:
-                for key, what in (("peak_rss_mb", "RSS"), ("peak_anon_mb", "anonymous")):
-                    a, b = results[small][name][key], results[big][name][key]
-                    print(f"- {name}, peak {what}: {a:,.0f} MB -> {b:,.0f} MB ({b / a:.2f}x)")
+        print_memory_growth(results)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
     finally:

@@ -203,35 +203,49 @@ def main(argv: list[str] | None = None) -> None:
                 rows[name] = run_stage(name, work)
             rows["train"] = run_stage("train", work, str(args.steps), args.mechanism, str(args.threads))
             results[size] = rows
-            print(f"\n## {size:,} pairs", flush=True)
-            print(
-                "| stage | seconds | pairs/s | peak RSS (MB) | peak anonymous (MB) | peak file-backed (MB) | notes |\n"
-                "|---|---:|---:|---:|---:|---:|---|"
-            )
-            for name, r in rows.items():
-                notes = {
+            notes = {
+                name: {
                     "vocab": f"vocabularies {r.get('src_vocab')} / {r.get('tgt_vocab')}",
                     "train": f"{r.get('steps')} steps, {r.get('tokens_per_s', 0):.0f} target tok/s",
                     "prepare": f"rows {r.get('rows')}",
                 }.get(name, "")
-                print(
-                    f"| {name} | {r['seconds']:.1f} | {r['pairs_per_s']:,.0f} | {r['peak_rss_mb']:,.0f} | "
-                    f"{r['peak_anon_mb']:,} | {r['peak_file_mb']:,} | {notes} |",
-                    flush=True,
-                )
+                for name, r in rows.items()
+            }
+            print_stage_table(f"{size:,} pairs", rows, notes)
             shutil.rmtree(work / "raw", ignore_errors=True)
-        if len(results) > 1:
-            small, big = min(results), max(results)
-            print(f"\n## peak RSS, {big:,} vs {small:,} pairs ({big / small:.0f}x the data)")
-            for name in ("prepare", "vocab", "train"):
-                for key, what in (("peak_rss_mb", "RSS"), ("peak_anon_mb", "anonymous")):
-                    a, b = results[small][name][key], results[big][name][key]
-                    print(f"- {name}, peak {what}: {a:,.0f} MB -> {b:,.0f} MB ({b / a:.2f}x)")
+        print_memory_growth(results)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
     finally:
         if args.work is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def print_stage_table(title: str, rows: dict[str, dict], notes: dict[str, str]) -> None:
+    """One markdown row per stage: seconds, pairs/s, peak memory, a note."""
+    print(f"\n## {title}", flush=True)
+    print(
+        "| stage | seconds | pairs/s | peak RSS (MB) | peak anonymous (MB) | peak file-backed (MB) | notes |\n"
+        "|---|---:|---:|---:|---:|---:|---|"
+    )
+    for name, r in rows.items():
+        print(
+            f"| {name} | {r['seconds']:.1f} | {r['pairs_per_s']:,.0f} | {r['peak_rss_mb']:,.0f} | "
+            f"{r['peak_anon_mb']:,} | {r['peak_file_mb']:,} | {notes.get(name, '')} |",
+            flush=True,
+        )
+
+
+def print_memory_growth(results: dict[int, dict[str, dict]]) -> None:
+    """Each stage's peak RSS and anonymous memory at the smallest and the largest size, and the ratio."""
+    if len(results) < 2:
+        return
+    small, big = min(results), max(results)
+    print(f"\n## peak memory, {big:,} vs {small:,} pairs ({big / small:.0f}x the data)")
+    for name in results[small]:
+        for key, what in (("peak_rss_mb", "RSS"), ("peak_anon_mb", "anonymous")):
+            a, b = results[small][name][key], results[big][name][key]
+            print(f"- {name}, peak {what}: {a:,.0f} MB -> {b:,.0f} MB ({b / a:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import random
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -523,3 +527,49 @@ def check_greedy_equals_beam_one(model, batch) -> None:
             total += float(lp[0, y])
             prev = torch.tensor([ids[t] if t < len(ids) else PAD for ids in chosen], device=device)
     assert g[0].score == pytest.approx(total, abs=1e-4)
+
+
+class StopTraining(Exception):
+    """Raised by :func:`stop_at` to interrupt a training in-process (as a crash would)."""
+
+
+def stop_at(step: int):
+    """An ``on_step`` callback that raises :class:`StopTraining` when optimizer step ``step`` is done
+    (before that step's checkpoint is written)."""
+
+    def on_step(row: dict) -> None:
+        if row["step"] == step:
+            raise StopTraining
+
+    return on_step
+
+
+def repository_copy(dst: Path, params: dict) -> dict:
+    """The repository's tracked and untracked-but-not-ignored files (not data/ or tests/) copied to
+    ``dst`` with ``params`` as its params.yaml, committed in a git repository of its own; returns an
+    environment whose MLflow store and Prefect home live there (tools on PATH from this venv)."""
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for rel in files:
+        if (REPO / rel).is_file() and not rel.startswith(("data/", "tests/")):
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dst / rel)
+    (dst / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    store = f"sqlite:///{dst / 'mlflow.db'}"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "MLFLOW_TRACKING_URI": store,
+        "MLFLOW_REGISTRY_URI": store,
+        "PREFECT_HOME": str(dst / ".prefect"),
+        **{f"GIT_{who}_{what}": v for who in ("AUTHOR", "COMMITTER") for what, v in (("NAME", "t"), ("EMAIL", "t@t"))},
+    }
+    env.pop("PREFECT_API_URL", None)
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dst, env=env, check=True, capture_output=True)
+    return env

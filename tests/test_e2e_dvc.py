@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 from models.registry import DISPLAY_NAMES
-from tests.helpers import REPO, tiny_params
+from tests.helpers import repository_copy, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -28,35 +27,7 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> str:
 @pytest.fixture(scope="module")
 def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
     dst = tmp_path_factory.mktemp("e2e") / "repo"
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for rel in files:
-        if (REPO / rel).is_file() and not rel.startswith(("data/", "tests/")):
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, dst / rel)
-    params = tiny_params()
-    (dst / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{dst / 'mlflow.db'}",
-        "MLFLOW_REGISTRY_URI": f"sqlite:///{dst / 'mlflow.db'}",
-        "PREFECT_HOME": str(dst / ".prefect"),
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    env.pop("PREFECT_API_URL", None)
-    run(["git", "init", "-q"], dst, env)
-    run(["git", "add", "-A"], dst, env)
-    run(["git", "commit", "-qm", "copy"], dst, env)
-    return dst, env
+    return dst, repository_copy(dst, tiny_params())
 
 
 def changed_stages(repo: Path, env: dict) -> set[str]:

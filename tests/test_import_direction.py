@@ -35,7 +35,13 @@ LAYERS = {
 }
 # Within a package, one more rule: the readers use the text steps, not the reverse.
 INNER = [("pipeline/data/text", ("pipeline.data.corpora",), "corpus readers use the text steps, not the reverse")]
-MLFLOW_HOME = ("pipeline/tracking/", "pipeline/serving/pyfunc.py", "pipeline/serving/predict.py", "flows/")
+MLFLOW_HOME = (
+    "pipeline/tracking/",
+    "pipeline/serving/pyfunc.py",
+    "pipeline/serving/model_code.py",  # the logged model's code (MLflow models from code)
+    "pipeline/serving/predict.py",
+    "flows/",
+)
 TORCH_FREE = ("pipeline.config", "pipeline.io", "pipeline.data", "pipeline.metrics", "pipeline.tracking")
 
 

@@ -9,9 +9,7 @@ mechanism through the same stages)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 import yaml
 
 from models.registry import DISPLAY_NAMES
-from tests.helpers import REPO, tiny_params
+from tests.helpers import REPO, repository_copy, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -47,33 +45,7 @@ def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
     """The repository's tracked files (not data/ or tests/) in a git repository of its own, with the
     tiny params (tests.helpers.tiny_params), and an environment whose MLflow and Prefect live there."""
     dst = tmp_path_factory.mktemp("own_data") / "repo"
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    for rel in files:
-        if (REPO / rel).is_file() and not rel.startswith(("data/", "tests/")):
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, dst / rel)
-    (dst / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{dst / 'mlflow.db'}",
-        "PREFECT_HOME": str(dst / ".prefect"),
-        **{
-            f"GIT_{who}_{what}": value
-            for who in ("AUTHOR", "COMMITTER")
-            for what, value in (("NAME", "t"), ("EMAIL", "t@t"))
-        },
-    }
-    env.pop("PREFECT_API_URL", None)
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
-        subprocess.run(cmd, cwd=dst, env=env, check=True, capture_output=True)
-    return dst, env
+    return dst, repository_copy(dst, tiny_params())
 
 
 def test_own_data_tutorial(repo_copy):

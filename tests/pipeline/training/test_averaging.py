@@ -19,7 +19,7 @@ from pipeline.training.averaging import (
 from pipeline.training.checkpoints import load_file, load_model, save_atomic
 from pipeline.training.loop import build_seeded_model, train
 from pipeline.training.settings import TrainConfig
-from tests.helpers import encoded_task
+from tests.helpers import StopTraining, encoded_task, stop_at
 
 
 def test_average_by_hand():
@@ -126,18 +126,11 @@ def test_update_freq_counts_optimizer_steps_and_resumes_exactly(data, tmp_path):
     steps_per_epoch = -(-batches_per_epoch // 3)  # an epoch's last step takes what is left
     assert [r["step"] for r in history] == [0, steps_per_epoch, 2 * steps_per_epoch]
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_4(row):
-        if row["step"] == 4:
-            raise Stop
-
-    with pytest.raises(Stop):
+    with pytest.raises(StopTraining):
         _train(
             data,
             tmp_path / "b",
-            on_step=stop_at_4,
+            on_step=stop_at(4),
             epochs=2,
             batch_size=4,
             update_freq=3,

@@ -25,7 +25,7 @@ from pipeline.training.loop import NonFiniteLoss, build_seeded_model, train
 from pipeline.training.schedule import EarlyStopping, LRSchedule
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate, token_batches
-from tests.helpers import REPO, encoded_task
+from tests.helpers import REPO, StopTraining, encoded_task, stop_at
 
 
 @pytest.fixture(scope="module")
@@ -136,17 +136,9 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
     assert history[0]["step"] == 0 and history[0]["train_loss"] is None
     assert history[-1]["train_loss"] < history[1]["train_loss"]
 
-    class Stop(Exception):
-        pass
-
     _, encoded, src, tgt = data
     cfg = _cfg(src, tgt)
-
-    def stop_at_5(row):
-        if row["step"] == 5:
-            raise Stop
-
-    with pytest.raises(Stop):
+    with pytest.raises(StopTraining):
         train(
             build_seeded_model("copynet", cfg, 0),
             encoded["train"],
@@ -156,7 +148,7 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
             model_config=vars(cfg),
             data_hash="d",
             progress=False,
-            on_step=stop_at_5,
+            on_step=stop_at(5),
         )
     ckpt = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
     assert ckpt["progress"]["step"] == 4 and ckpt["progress"]["batch"] > 0  # mid-epoch, before step 5's checkpoint
@@ -188,15 +180,8 @@ def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(dat
             run_key=run_key,
         )
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_5(row):
-        if row["step"] == 5:
-            raise Stop
-
-    with pytest.raises(Stop):
-        run("run-a", stop_at_5)
+    with pytest.raises(StopTraining):
+        run("run-a", stop_at(5))
     assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["step"] == 4  # stopped before its save
     capsys.readouterr()
     history = run("run-b")
