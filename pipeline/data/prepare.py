@@ -6,10 +6,12 @@ as Prefect tasks).
 or directory DVC watches); ``prepare.<corpus>`` holds the reader's settings, ``reader`` naming the
 module in ``pipeline/data/corpora``. Settings whose names end in ``_dir``/``_file`` (or ``_files``, a
 list) are paths relative to that raw input, except ``cache_dir`` (a working cache, e.g. jieba's
-segmentations), which is relative to the project root (:func:`resolve_paths`).
+segmentations), which is relative to the project root (:func:`resolve_paths`). Any of these, the raw
+input itself and an extra split's ``raw`` may be absolute (a corpus outside the project): an
+absolute path is used as it is.
 
 Optional ``extra_splits: {<split>: {corpus: <other prepare section>, split: <its split>, raw: <its raw
-input, relative to this corpus's>, optional: <bool>}}`` adds splits that another reader prepares, e.g.
+input, relative to this corpus's or absolute>, optional: <bool>}}`` adds splits that another reader prepares, e.g.
 Gigaword's ``valid`` = DUC 2003 and its ``duc2004`` test set (Read-Again 4.2); an ``optional`` one
 whose raw input is absent is skipped with a message (DUC 2004 when the user has not supplied it).
 

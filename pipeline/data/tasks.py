@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib.util
-import os
 import re
 from pathlib import Path
 
@@ -38,16 +37,17 @@ def _exists(path: Path) -> bool:
 
 def missing_inputs(params: dict, task: str, raw: str | None, root: Path = REPO_ROOT) -> list[str]:
     """The raw files/directories ``task``'s reader settings name that are absent (relative paths
-    resolve against ``raw``, as :func:`pipeline.data.prepare.resolve_paths` resolves them)."""
+    resolve against ``raw``, as :func:`pipeline.data.prepare.resolve_paths` resolves them; absolute
+    ones, a corpus outside the project, are checked where they are)."""
     if raw is None:
         return [f"task_settings.{task}.raw is not set"]
-    raw_root = root / raw
+    raw_root = root / raw  # an absolute raw stays itself
     if not raw_root.exists():
         return [str(raw_root)]
     settings = section(params, "prepare", task)
     missing = []
     for values in raw_input_paths(settings).values():
-        missing += [str(raw_root / v) for v in values if not os.path.isabs(v) and not _exists(raw_root / v)]
+        missing += [str(raw_root / v) for v in values if not _exists(raw_root / v)]
     for name, extra in (settings.get("extra_splits") or {}).items():
         if not extra.get("optional") and not (raw_root / extra["raw"]).exists():
             missing.append(f"{raw_root / extra['raw']} (split {name})")
@@ -140,10 +140,27 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{params_path}: no top-level 'preset:' line")
         write_text_atomic(params_path, new_text)
     print(f"enabled: {', '.join(enabled) or '(none)'}" + (f"; preset {args.preset}" if args.preset else ""))
-    for task, status in statuses.items():
-        if task not in enabled:
-            print(f"  skipped {task}: {status}")
+    for line in not_enabled_lines(enabled, task_names(params), statuses):
+        print(line)
     return 0
+
+
+def not_enabled_lines(enabled: list[str], before: list[str], statuses: dict[str, str]) -> list[str]:
+    """What ``enable`` says of each task it leaves out: switched off (it was in the ``tasks`` block
+    before) or not enabled, and whether its data is here (then the command that enables it) or why
+    it cannot run."""
+    lines = []
+    for task, status in statuses.items():
+        if task in enabled:
+            continue
+        state = "switched off" if task in before else "not enabled"
+        if status == "ready":
+            again = "again " if task in before else ""
+            command = " ".join(["python -m pipeline.data.tasks enable", *enabled, task])
+            lines.append(f"  {task}: {state} (its data is here: enable it {again}with `{command}`)")
+        else:
+            lines.append(f"  {task}: {state}, cannot run here: {status}")
+    return lines
 
 
 def add_arguments(add: argparse.ArgumentParser) -> None:

@@ -1,13 +1,16 @@
 """A split's metrics from its prediction records (what :func:`pipeline.decoding.decode.decode_table`
 writes, or a model-free baseline's records of the same shape), by the metric the evaluate settings
-name for the split (:mod:`pipeline.metrics.registry`), plus, given the target vocabulary, the copy
-analysis of the outputs and the references (:mod:`pipeline.metrics.copy_analysis`)."""
+name for the split (:mod:`pipeline.metrics.registry`; for ``rouge_recall_75`` also the outputs' and
+references' bytes against its 75-byte budget, :mod:`pipeline.metrics.byte_budget`), plus, given the
+target vocabulary, the copy analysis of the outputs and the references
+(:mod:`pipeline.metrics.copy_analysis`)."""
 
 from __future__ import annotations
 
 from collections.abc import Container
 
 from pipeline.decoding.settings import EvalConfig
+from pipeline.metrics.byte_budget import BUDGET_BYTES, byte_budget
 from pipeline.metrics.copy_analysis import copy_analysis
 from pipeline.metrics.registry import exact_match_by_group, text_metrics
 
@@ -35,6 +38,9 @@ def score_records(
             "metric": kind,
             **text_metrics(kind, [r["pred"] for r in records], refs, [r["src"] for r in records], refs_raw=refs_raw),
         }
+        if kind == "rouge_recall_75":  # how much of the 75 bytes the outputs use (and the references)
+            scored = refs_raw or [[" ".join(t) for t in rs] for rs in refs]
+            out.update(byte_budget([r["pred"] for r in records], scored, BUDGET_BYTES))
     if tgt_vocab is not None:
         out["copy"] = copy_analysis([r["pred"] for r in records], refs, [r["src"] for r in records], tgt_vocab)
     return out

@@ -16,6 +16,7 @@ shows the paper's own columns; a column we do not compute is '-' in our rows.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from pipeline.config.params import section
@@ -114,6 +115,29 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
+def hidden_paper_rows(paper: dict | None, rows: dict, display: dict[str, str], metrics: dict, split: str) -> str:
+    """The line under a table naming the paper's rows :func:`markdown_table` leaves out (a mechanism
+    of ours with no row of ours in the table), each with the reason; empty when none is left out."""
+    if not paper or not rows:
+        return ""
+    hidden = []
+    for mech in paper["rows"]:
+        if mech in rows or mech not in display:
+            continue
+        if mech not in metrics:
+            why = f"{mech} not in `mechanisms`"
+        elif "skipped" in (metrics[mech].get(split) or {}):
+            why = f"{mech} not evaluated on {split}"
+        else:
+            why = f"{mech} has no {split} metrics"
+        hidden.append(f"'{paper.get('labels', {}).get(mech) or display[mech]}' ({why})")
+    if not hidden:
+        return ""
+    table = re.match(r".*?(?:Table \d+|section [\d.]+)", paper["source"])
+    where = table[0] if table else paper["source"]
+    return f"\nNot shown: {where} row{'s' if len(hidden) > 1 else ''} " + ", ".join(hidden) + ".\n"
+
+
 def _paper_note(paper: dict) -> str:
     note = f"Published rows: {paper['source']}"
     if paper.get("note"):
@@ -181,6 +205,36 @@ def copy_markdown(metrics: dict[str, dict], split: str, display: dict[str, str])
     return "".join(lines)
 
 
+BUDGET_KIND = "rouge_recall_75"  # the metric whose splits get the byte-budget table (75 bytes)
+
+
+def budget_markdown(metrics: dict[str, dict], split: str, display: dict[str, str]) -> str:
+    """The outputs' length against the 75-byte budget of a ``rouge_recall_75`` split (each row's
+    ``output_bytes`` / ``outputs_under_budget`` of :mod:`pipeline.metrics.byte_budget`), and the
+    references'; empty when no metrics file has them (written before they were measured)."""
+    rows = {
+        mech: m[split]
+        for mech, m in metrics.items()
+        if isinstance(m.get(split), dict) and m[split].get("output_bytes") is not None
+    }
+    if not rows:
+        return ""
+    lines = [
+        "\nLength against the 75-byte budget: the mean UTF-8 bytes of the outputs as ROUGE cuts them (tokens "
+        "joined by spaces) and the percent of outputs shorter than 75 bytes, which leave recall unearned; "
+        "the references row: the references as scored.\n\n",
+        "| model | mean output bytes | outputs under 75 bytes (%) |\n|---|---:|---:|\n",
+    ]
+    lines += [
+        f"| {display.get(mech, mech)} (ours) | {_fmt(v['output_bytes'])} | {_fmt(v.get('outputs_under_budget'))} |\n"
+        for mech, v in rows.items()
+    ]
+    refs = next((v for v in rows.values() if v.get("ref_bytes") is not None), None)
+    if refs:
+        lines.append(f"| References | {_fmt(refs['ref_bytes'])} | {_fmt(refs.get('refs_under_budget'))} |\n")
+    return "".join(lines)
+
+
 def comparison_markdown(
     task: str, metrics: dict[str, dict], cfg: CompareConfig, display: dict[str, str], metric_kinds: dict[str, str]
 ) -> str:
@@ -202,6 +256,7 @@ def comparison_markdown(
                     if paper:
                         out.append(_paper_note(paper) + "\n")
                     out.append(markdown_table(rows, columns, display, paper))
+                    out.append(hidden_paper_rows(paper, rows, display, metrics, split))
             continue
         for paper in papers:
             columns = list(paper["columns"]) if paper else list(cfg.columns)
@@ -213,6 +268,9 @@ def comparison_markdown(
             if paper:
                 out.append(_paper_note(paper) + "\n")
             out.append(markdown_table(rows, columns, display, paper, digits=2))
+            out.append(hidden_paper_rows(paper, rows, display, metrics, split))
+        if kind == BUDGET_KIND:
+            out.append(budget_markdown(metrics, split, display))
     out.extend(copy_markdown(metrics, split, display) for split in splits)
     skipped = sorted(
         {

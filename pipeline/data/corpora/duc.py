@@ -6,6 +6,19 @@ al. 2016, section 4.2) reports DUC 2004 recall at 75 bytes. NIST layout::
     <docs_dir>/<cluster dir, e.g. d100a>/<DOCNO>            NIST SGML: <DOC><DOCNO><TEXT>[<P>]
     <models_dir>/<CLUSTER>.P.<size>.<A|T>.<assessor>.<DOCNO>[.html]   one reference summary each
 
+``docs_dir`` and ``models_dir`` name the two folders; or ``release_dir`` names the folder where
+NIST's archives were extracted, and the reader finds them there (:func:`locate`, the layouts of
+``DOCS_LAYOUTS`` / ``MODELS_LAYOUTS``), e.g. for DUC 2004::
+
+    <release_dir>/DUC2004_Summarization_Documents/duc2004_testdata/tasks1and2/duc2004_tasks1and2_docs/docs/d30001t/APW19981016.0240
+    <release_dir>/duc2004_results/ROUGE/eval/models/1/D30001.P.10.T.A.APW19981016.0240
+    (eval/ comes from duc2004_results/ROUGE/duc2004.task1.ROUGE.models.tar.gz, extracted where it is)
+
+and for DUC 2003 ``DUC2003_Summarization_Documents/duc2003_testdata/task1/docs.without.headlines``
+with ``detagged.duc2003.abstracts/models``; a folder of ``docs/`` and ``models/`` (copies or links)
+works too. Neither found: ``FileNotFoundError`` naming every path looked for (and any archive
+lying there unextracted); two candidates for the same folder: ``ValueError`` naming both.
+
 A document's references are the model files of its cluster (``d100a`` -> ``D100``: the directory
 name without its last letter, upper-cased, as Rush's ``make_DUC.py``) and its DOCNO (the file
 name), sorted by file name (assessor order). A DOCNO in two clusters is two rows, each with its
@@ -46,7 +59,7 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -78,8 +91,9 @@ _MODEL = re.compile(
 class Config:
     """Where the DUC documents and the reference (model) summaries are."""
 
-    docs_dir: str  # duc2003/docs.without.headlines (cluster directories of DOCNO files)
-    models_dir: str  # duc2003/detagged.duc2003.abstracts/models
+    docs_dir: str | None = None  # duc2003/docs.without.headlines (cluster directories of DOCNO files)
+    models_dir: str | None = None  # duc2003/detagged.duc2003.abstracts/models
+    release_dir: str | None = None  # where NIST's archives were extracted: docs/models found there (locate)
     model_size: str | None = "10"  # the <size> of per-document model names (P.10); None: any
     expected_refs: int = 4  # DUC task 1: 4 human summaries per document
     short_lead_chars: int = 0  # > 0: join a shorter lead with the next sentence (make_DUC.py: 130)
@@ -97,6 +111,68 @@ class Config:
         if min(self.expected_refs, self.max_tokens, self.chunk_size) < 1 or self.short_lead_chars < 0:
             raise ValueError("duc: expected_refs, max_tokens, chunk_size must be >= 1, short_lead_chars >= 0")
         TextLimits.of(self)
+        if self.release_dir is None and (self.docs_dir is None or self.models_dir is None):
+            raise ValueError("duc: set docs_dir and models_dir, or release_dir (the folder of NIST's release)")
+
+
+# Where the documents and the task-1 reference summaries lie, relative to ``release_dir``: NIST's
+# releases as extracted (DUC 2003, DUC 2004), or a folder of docs/ + models/ (copies or links).
+DOCS_LAYOUTS = (
+    "docs",
+    "docs.without.headlines",  # DUC 2003 task 1 (also ../shared/data/duc2003_task1/duc2003)
+    "DUC2004_Summarization_Documents/duc2004_testdata/tasks1and2/duc2004_tasks1and2_docs/docs",
+    "duc2004_testdata/tasks1and2/duc2004_tasks1and2_docs/docs",
+    "DUC2003_Summarization_Documents/duc2003_testdata/task1/docs.without.headlines",
+    "duc2003_testdata/task1/docs.without.headlines",
+)
+MODELS_LAYOUTS = (
+    "models",
+    "detagged.duc2003.abstracts/models",  # DUC 2003 task 1 (detagged.duc2003.abstracts.tar.gz)
+    "duc2004_results/ROUGE/eval/models/1",  # DUC 2004 task 1 (duc2004.task1.ROUGE.models.tar.gz in ROUGE/)
+    "ROUGE/eval/models/1",
+    "eval/models/1",
+)
+_ARCHIVES = ("*.tgz", "*.tar.gz", "*.tar")
+
+
+def _find(release: Path, setting: str, layouts: tuple[str, ...]) -> Path:
+    """The one layout of ``layouts`` present under ``release`` (FileNotFoundError / ValueError)."""
+    found = [release / rel for rel in layouts if (release / rel).is_dir()]
+    if len(found) > 1:
+        raise ValueError(f"duc: {release} holds {' and '.join(map(str, found))}; set {setting} to the one to read")
+    if found:
+        return found[0]
+    archives = sorted(
+        str(p.relative_to(release))
+        for folder in (release, release / "duc2004_results" / "ROUGE")
+        if folder.is_dir()
+        for pattern in _ARCHIVES
+        for p in folder.glob(pattern)
+    )
+    hint = f"; archives lying there, not extracted: {', '.join(archives)}" if archives else ""
+    looked = ", ".join(f"{release}/{rel}" for rel in layouts)
+    raise FileNotFoundError(
+        f"duc: no {setting} found under release_dir {release} (looked for {looked}){hint}; "
+        f"extract NIST's archives there as released, or set {setting}"
+    )
+
+
+def locate(cfg: Config) -> tuple[Path, Path]:
+    """``(docs_dir, models_dir)``: each as set, else found under ``release_dir`` (one of
+    ``DOCS_LAYOUTS`` / ``MODELS_LAYOUTS``); FileNotFoundError naming what was looked for."""
+    out = []
+    for setting, layouts in (("docs_dir", DOCS_LAYOUTS), ("models_dir", MODELS_LAYOUTS)):
+        given = getattr(cfg, setting)
+        if given is not None:
+            if not Path(given).is_dir():
+                raise FileNotFoundError(f"duc {setting} {given} is not a directory")
+            out.append(Path(given))
+            continue
+        release = Path(cfg.release_dir)
+        if not release.is_dir():
+            raise FileNotFoundError(f"duc release_dir {release} is not a directory")
+        out.append(_find(release, setting, layouts))
+    return out[0], out[1]
 
 
 def index_models(models_dir: Path, model_size: str | None, stats: SplitStats) -> dict[tuple[str, str], list[Path]]:
@@ -198,10 +274,10 @@ def _jobs(cfg: Config, index: dict, stats: SplitStats) -> Iterator[tuple[DocBloc
 
 
 def write_splits(cfg: Config, out_root: Path, map_chunks: Callable = serial_map) -> dict[str, dict]:
-    """Write ``out_root/test/``; return ``{"test": manifest}``."""
-    for name in ("docs_dir", "models_dir"):
-        if not Path(getattr(cfg, name)).is_dir():
-            raise FileNotFoundError(f"duc {name} {getattr(cfg, name)} is not a directory")
+    """Write ``out_root/test/``; return ``{"test": manifest}``. The manifest's params name the
+    folders read (found under ``release_dir`` when it is set: :func:`locate`)."""
+    docs_dir, models_dir = locate(cfg)
+    cfg = replace(cfg, docs_dir=str(docs_dir), models_dir=str(models_dir))
     stats = SplitStats()
     for key in ZERO_STATS:  # reported even when nothing was counted
         stats.add(key, 0)

@@ -117,6 +117,35 @@ def test_enable_available_rewrites_only_the_tasks_block(tmp_path, capsys):
     assert "cannot enable" in capsys.readouterr().err
 
 
+def test_enable_says_which_tasks_it_switched_off_and_how_to_switch_them_on(tmp_path, capsys):
+    """A task that was enabled and still has its data is 'switched off', with the command that
+    enables it again, never 'skipped ...: ready'; the others say why they cannot run."""
+    path = _project(tmp_path, data=True)
+    (tmp_path / "pipeline/data/corpora").mkdir(parents=True)
+    (tmp_path / "pipeline/data/corpora/copynet_rules.py").write_text("")  # copy_rules's raw input: ready here
+    assert main(["--params", str(path), "enable", "lcsts_char"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "enabled: lcsts_char"
+    assert lines[1] == (
+        "  copy_rules: switched off (its data is here: enable it again with "
+        "`python -m pipeline.data.tasks enable lcsts_char copy_rules`)"
+    )
+    rarest = next(line for line in lines if line.startswith("  rarest_word:"))
+    assert (
+        rarest
+        == f"  rarest_word: not enabled, cannot run here: data absent: {tmp_path / 'pipeline/data/corpora/rarest_word.py'}"
+    )
+    assert not any("skipped" in line or line.endswith(": ready") for line in lines)
+    # and back: lcsts_char switched off in turn, copy_rules enabled
+    assert main(["--params", str(path), "enable", "copy_rules"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        "enabled: copy_rules",
+        "  lcsts_char: switched off (its data is here: enable it again with "
+        "`python -m pipeline.data.tasks enable copy_rules lcsts_char`)",
+    ]
+
+
 def test_lr_halves_after_the_given_epoch():
     schedule = TrainConfig(lr=2.0, optimizer="sgd", lr_halve_after=5).schedule()
     assert [schedule.at(step=100, epoch=e) for e in range(1, 9)] == [2.0] * 5 + [1.0, 0.5, 0.25]

@@ -71,3 +71,13 @@ def test_copy_analysis_beside_the_metric_given_the_target_vocabulary():
         assert out["copy"]["references"]["oov_tokens"] == 2 and out["copy"]["outputs"]["oov_recall"] == 0.0
         assert out["copy"]["references"]["count"] == 4  # two references per example
     assert "copy" not in score_records(RECORDS, EvalConfig.from_dict({"topk": 1}), "test")
+
+
+def test_a_75_byte_split_records_the_bytes_of_outputs_and_references():
+    """The text ROUGE cuts at 75 bytes: 'the cat sat' (11 bytes), 'dog barks' (9); the references as
+    written: 'Cat sat.' 8, 'A cat sat down.' 15, 'Dogs bark.' 10, 'Dogs barking.' 13."""
+    cfg = EvalConfig.from_dict({"metric": "rouge_f", "split_metrics": {"valid": "rouge_recall_75"}})
+    valid = score_records(RECORDS, cfg, "valid")
+    assert (valid["output_bytes"], valid["outputs_under_budget"]) == (10.0, 100.0)
+    assert (valid["ref_bytes"], valid["refs_under_budget"]) == (11.5, 100.0)
+    assert "output_bytes" not in score_records(RECORDS, cfg, "test")  # full-length F1: no budget
