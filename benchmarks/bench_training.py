@@ -22,7 +22,8 @@ drift in machine speed hits both. Figures:
     .venv/bin/python benchmarks/bench_training.py                       # 1k, 16k, 50k; ~10 min, 1 thread
     .venv/bin/python benchmarks/bench_training.py --vocabs 16000 --mechanisms copynet pointer_generator
     .venv/bin/python benchmarks/bench_training.py --device cuda --threads 0 --steps 20   # a GPU (bf16 autocast)
-    .venv/bin/python benchmarks/bench_training.py --math-pins compare --vocabs 1000 --emb 64 --hidden 128 --batch 32
+    .venv/bin/python benchmarks/bench_training.py --math-pins compare --vocabs 1000 --emb 64 --hidden 128 --batch 32 \
+        --threads 1 --clock cpu --steps 16     # on a shared machine: CPU seconds, not the wall clock
 
 ``--math-pins compare``: the cost of pipeline.runtime.math_pins. The same measurement in four fresh
 processes, alternately without and with the pins in their environment (off, on, off, on: the
@@ -74,6 +75,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: seconds of this process's CPU time (time.process_time), which other jobs on a loaded "
+        "machine change far less than the wall clock; use with --threads 1",
+    )
     p.add_argument(
         "--math-pins",
         choices=["as-is", "compare"],
@@ -155,13 +163,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def train_steps(
-    model, optimizer, batches, stepwise: bool, device: torch.device, amp: str = "auto"
+    model, optimizer, batches, stepwise: bool, device: torch.device, amp: str = "auto", clock: str = "wall"
 ) -> tuple[int, float]:
-    """(target tokens, seconds) of one optimizer step per batch (``amp`` as train.amp)."""
+    """(target tokens, seconds) of one optimizer step per batch (``amp`` as train.amp; ``clock``:
+    wall-clock or this process's CPU seconds)."""
+    now = CLOCKS[clock]
     tokens = 0
     _sync(device)
-    start = time.perf_counter()
+    start = now()
     for batch in batches:
         with autocast(device, amp):
             gold = model(batch, stepwise=stepwise)
@@ -173,7 +186,7 @@ def train_steps(
         optimizer.step()
         tokens += n
     _sync(device)
-    return tokens, time.perf_counter() - start
+    return tokens, now() - start
 
 
 def flops_per_token(model, batch) -> float:
@@ -197,7 +210,9 @@ def bench_mechanism(name: str, vocab: Vocab, batches: list, args, device: torch.
         train_steps(models[mode], optims[mode], warm, mode == "stepwise", device)
     for block in (timed[:half], timed[half:]):  # alternate: stepwise, two-phase, stepwise, two-phase
         for mode in models:
-            tokens, seconds = train_steps(models[mode], optims[mode], block, mode == "stepwise", device)
+            tokens, seconds = train_steps(
+                models[mode], optims[mode], block, mode == "stepwise", device, clock=args.clock
+            )
             totals[mode][0] += tokens
             totals[mode][1] += seconds
     flops = flops_per_token(copy.deepcopy(base), timed[0])
