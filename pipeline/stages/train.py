@@ -81,7 +81,8 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
         tags={
             **provenance_tags(manifests, task_name, mechanism, paths.root),
             "task": task_name,
-            "mechanism": mechanism,
+            "mechanism": mechanism,  # the row: a mechanism or a variant (params.yaml variants)
+            "base_mechanism": job.base,  # what was built (the mechanism itself unless a variant)
         },
         parent_run_id=parent,
     ) as run:
