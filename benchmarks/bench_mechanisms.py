@@ -8,6 +8,8 @@ Prints a table (and optionally writes JSON); no assertions.
 
     .venv/bin/python benchmarks/bench_mechanisms.py                # defaults: ~2-3 min on 2 CPU cores
     .venv/bin/python benchmarks/bench_mechanisms.py --device cuda --steps 50 --decode-examples 256
+    .venv/bin/python benchmarks/bench_mechanisms.py --mechanisms copynet pointer_generator \
+        --decoders recurrent transformer --emb 64 --hidden 128 --threads 1   # both decoders (benchmarks/decoders.py)
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.decoders import add_decoder_args, decoder_sizes, label  # noqa: E402
+from benchmarks.decoders import rows as decoder_rows  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.extended import NEG  # noqa: E402
-from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from models.registry import MECHANISMS, build_model  # noqa: E402
 from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples, regular_symbol  # noqa: E402
 from pipeline.decoding.search import beam_search, greedy  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device
@@ -67,6 +71,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda | cuda:N")
     p.add_argument("--no-amp", action="store_true", help="no bf16 autocast on CUDA (train.py uses it)")
     p.add_argument("--seed", type=int, default=1234)
+    add_decoder_args(p)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -130,7 +135,9 @@ class NoEarlyEos:
         return mask
 
 
-def bench_mechanism(name: str, args, train_pairs, decode_pairs, vocab: Vocab, device: torch.device) -> dict:
+def bench_mechanism(
+    name: str, args, train_pairs, decode_pairs, vocab: Vocab, device: torch.device, decoder: str = "recurrent"
+) -> dict:
     use_amp = not args.no_amp
 
     def amp():
@@ -138,7 +145,9 @@ def bench_mechanism(name: str, args, train_pairs, decode_pairs, vocab: Vocab, de
 
     torch.manual_seed(args.seed)
     rng = random.Random(f"{args.seed}/{name}")
-    cfg = ModelConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), emb=args.emb, hidden=args.hidden)
+    cfg = ModelConfig(
+        src_vocab=len(vocab), tgt_vocab=len(vocab), emb=args.emb, hidden=args.hidden, **decoder_sizes(decoder, args)
+    )
     model = build_model(name, cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -201,7 +210,8 @@ def bench_mechanism(name: str, args, train_pairs, decode_pairs, vocab: Vocab, de
     single_sps = n_single / single_s
     return {
         "mechanism": name,
-        "display_name": DISPLAY_NAMES.get(name, name),
+        "decoder": decoder,
+        "display_name": label(name, decoder),
         "parameters": n_params,
         "train_steps": args.steps,
         "train_target_tokens": tokens,
@@ -284,14 +294,14 @@ def main(argv=None) -> int:
         "tgt_len_mean": statistics.mean(len(t) for _, t in train_pairs),
         "tgt_len_max": max(len(t) for _, t in train_pairs),
     }
-    rows = []
+    results = []
     t_all = time.perf_counter()
-    for name in args.mechanisms:
+    for name, decoder in decoder_rows(args.mechanisms, args.decoders):
         t0 = time.perf_counter()
-        rows.append(bench_mechanism(name, args, train_pairs, decode_pairs, vocab, device))
-        print(f"[{name} done in {time.perf_counter() - t0:.1f}s]", file=sys.stderr, flush=True)
+        results.append(bench_mechanism(name, args, train_pairs, decode_pairs, vocab, device, decoder))
+        print(f"[{label(name, decoder)} done in {time.perf_counter() - t0:.1f}s]", file=sys.stderr, flush=True)
     header["total_seconds"] = time.perf_counter() - t_all
-    print_table(rows, args, header)
+    print_table(results, args, header)
     print(f"total {header['total_seconds']:.1f}s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -300,7 +310,7 @@ def main(argv=None) -> int:
                 {
                     "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                     "environment": header,
-                    "results": rows,
+                    "results": results,
                 },
                 indent=2,
             )

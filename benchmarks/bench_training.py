@@ -24,6 +24,13 @@ drift in machine speed hits both. Figures:
     .venv/bin/python benchmarks/bench_training.py --device cuda --threads 0 --steps 20   # a GPU (bf16 autocast)
     .venv/bin/python benchmarks/bench_training.py --math-pins compare --vocabs 1000 --emb 64 --hidden 128 --batch 32 \
         --threads 1 --clock cpu --steps 16     # on a shared machine: CPU seconds, not the wall clock
+    .venv/bin/python benchmarks/bench_training.py --vocabs 16000 50000 --mechanisms copynet pointer_generator \
+        --decoders recurrent transformer      # Transformer-decoder rows beside the recurrent ones
+
+``--decoders``: a row per mechanism and decoder (benchmarks/decoders.py; Read-Again has no Transformer
+row). On the Transformer decoder "stepwise" is ``Seq2Seq.step`` through the key/value cache, as
+search runs it, and "two-phase" the one parallel pass (CopyNet's teacher forcing steps there too:
+its selective read feeds each step's copy scores to the next, docs/design.md).
 
 ``--math-pins compare``: the cost of pipeline.runtime.math_pins. The same measurement in four fresh
 processes, alternately without and with the pins in their environment (off, on, off, on: the
@@ -49,9 +56,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+from benchmarks.decoders import add_decoder_args, decoder_sizes, label  # noqa: E402
+from benchmarks.decoders import rows as decoder_rows  # noqa: E402
 from benchmarks.gigaword_shaped import sample_pairs, words  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from models.registry import MECHANISMS, build_model  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
 from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
 from pipeline.vocab.batching import collate  # noqa: E402
@@ -74,6 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     p.add_argument("--seed", type=int, default=0)
+    add_decoder_args(p)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument(
         "--clock",
@@ -98,7 +108,7 @@ def compare_math_pins(argv: list[str], args: argparse.Namespace) -> None:
     import tempfile
 
     rest = [a for i, a in enumerate(argv) if a != "--math-pins" and (i == 0 or argv[i - 1] != "--math-pins")]
-    rates: dict[tuple[str, int], dict[str, list[float]]] = {}
+    rates: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i, pinned in enumerate((False, True, False, True)):
             env = {k: v for k, v in os.environ.items() if k not in PINS}
@@ -107,19 +117,26 @@ def compare_math_pins(argv: list[str], args: argparse.Namespace) -> None:
             out = Path(tmp) / f"{i}.json"
             subprocess.run([sys.executable, __file__, *rest, "--json", str(out)], env=env, check=True)
             for row in json.loads(out.read_text())["results"]:
-                key = (row["mechanism"], row["vocab"])
+                key = (row["mechanism"], row["decoder"], row["vocab"])
                 rates.setdefault(key, {"off": [], "on": []})["on" if pinned else "off"].append(row["two_phase_tok_s"])
     print(f"\n## math pins: {' '.join(f'{k}={v}' for k, v in PINS.items())} ({cpu_model()})")
     print(
         "| mechanism | vocabulary | two-phase tok/s unpinned | pinned | pinned / unpinned |\n|---|---:|---:|---:|---:|"
     )
     summary = []
-    for (name, vocab), r in rates.items():
+    for (name, decoder, vocab), r in rates.items():
         off, on = sum(r["off"]) / len(r["off"]), sum(r["on"]) / len(r["on"])
         summary.append(
-            {"mechanism": name, "vocab": vocab, "unpinned_tok_s": off, "pinned_tok_s": on, "ratio": on / off}
+            {
+                "mechanism": name,
+                "decoder": decoder,
+                "vocab": vocab,
+                "unpinned_tok_s": off,
+                "pinned_tok_s": on,
+                "ratio": on / off,
+            }
         )
-        print(f"| {DISPLAY_NAMES[name]} | {vocab:,} | {off:,.0f} | {on:,.0f} | {on / off:.2f} |")
+        print(f"| {label(name, decoder)} | {vocab:,} | {off:,.0f} | {on:,.0f} | {on / off:.2f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -197,8 +214,12 @@ def flops_per_token(model, batch) -> float:
     return counter.get_total_flops() / batch.n_tokens
 
 
-def bench_mechanism(name: str, vocab: Vocab, batches: list, args, device: torch.device) -> dict:
-    cfg = ModelConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), emb=args.emb, hidden=args.hidden)
+def bench_mechanism(
+    name: str, vocab: Vocab, batches: list, args, device: torch.device, decoder: str = "recurrent"
+) -> dict:
+    cfg = ModelConfig(
+        src_vocab=len(vocab), tgt_vocab=len(vocab), emb=args.emb, hidden=args.hidden, **decoder_sizes(decoder, args)
+    )
     torch.manual_seed(args.seed)
     base = build_model(name, cfg).to(device).train()
     models = {mode: copy.deepcopy(base) for mode in ("stepwise", "two_phase")}
@@ -219,6 +240,7 @@ def bench_mechanism(name: str, vocab: Vocab, batches: list, args, device: torch.
     rate = {mode: tokens / seconds for mode, (tokens, seconds) in totals.items()}
     return {
         "mechanism": name,
+        "decoder": decoder,
         "vocab": len(vocab),
         "mflop_per_token": flops / 1e6,
         "stepwise_tok_s": rate["stepwise"],
@@ -245,11 +267,17 @@ def main(argv=None) -> None:
         "emb": args.emb,
         "hidden": args.hidden,
         "batch": args.batch,
+        "decoders": "/".join(args.decoders),
+        **(
+            {"decoder_layers": args.decoder_layers, "decoder_heads": args.decoder_heads}
+            if "transformer" in args.decoders
+            else {}
+        ),
         "load_avg": os.getloadavg()[0],
         "thp": os.environ.get("THP_MEM_ALLOC_ENABLE"),
     }
     print("# " + ", ".join(f"{k} {v}" for k, v in header.items()), flush=True)
-    rows = []
+    results = []
     for size in args.vocabs:
         vocab, batches = batches_for(size, args.warmup + args.steps, args.batch, args.seed)
         gemm = gemm_gflops(device, [(1024, 1024, 1024), (args.batch * 10, args.hidden, size)])
@@ -263,15 +291,15 @@ def main(argv=None) -> None:
             "| stepwise % limit | two-phase % limit |\n|---|---:|---:|---:|---:|---:|---:|---:|",
             flush=True,
         )
-        for name in args.mechanisms:
-            row = bench_mechanism(name, vocab, batches, args, device)
+        for name, decoder in decoder_rows(args.mechanisms, args.decoders):
+            row = bench_mechanism(name, vocab, batches, args, device, decoder)
             row["gemm_gflops"] = gemm
             row["limit_tok_s"] = gemm * 1e9 / (row["mflop_per_token"] * 1e6)
             for mode in ("stepwise", "two_phase"):
                 row[f"{mode}_fraction"] = row[f"{mode}_tok_s"] / row["limit_tok_s"]
-            rows.append(row)
+            results.append(row)
             print(
-                f"| {DISPLAY_NAMES[name]} | {row['mflop_per_token']:.1f} | {row['limit_tok_s']:.0f} | "
+                f"| {label(name, decoder)} | {row['mflop_per_token']:.1f} | {row['limit_tok_s']:.0f} | "
                 f"{row['stepwise_tok_s']:.0f} | {row['two_phase_tok_s']:.0f} | {row['speedup']:.2f}x | "
                 f"{100 * row['stepwise_fraction']:.0f}% | {100 * row['two_phase_fraction']:.0f}% |",
                 flush=True,
@@ -280,7 +308,7 @@ def main(argv=None) -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
             json.dumps(
-                {"settings": {**vars(args), "json": str(args.json)}, "environment": header, "results": rows},
+                {"settings": {**vars(args), "json": str(args.json)}, "environment": header, "results": results},
                 indent=2,
                 default=str,
             )

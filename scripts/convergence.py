@@ -68,7 +68,8 @@ def best_epoch_within(history: list[dict], n: int) -> int:
 
 def study(raw: dict, paths: TaskPaths, mechanism: str, test, split: str, key: str, args) -> dict:
     """One mechanism: the long run, then the scores the bisection needs."""
-    params = effective_params(raw, args.task)  # the task's settings, without per-mechanism overrides
+    # the task's settings and a variant's own sections, without the per-mechanism epochs of the default run
+    params = effective_params(raw, args.task, mechanism, task_overrides=False)
     params["train"] = {**params["train"], "epochs": args.epochs, "patience": None, "max_steps": None}
     job = TrainJob(paths, mechanism, params)
     ev = EvalConfig.from_params(params)

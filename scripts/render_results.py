@@ -48,6 +48,7 @@ from models.registry import DISPLAY_NAMES  # noqa: E402
 from pipeline.config.params import load_params  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
 from pipeline.config.tasks import effective_params  # noqa: E402
+from pipeline.config.variants import display_names  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.reporting.baselines import baseline_names  # noqa: E402
 from pipeline.reporting.compare import CompareConfig, comparison_markdown  # noqa: E402
@@ -103,7 +104,11 @@ def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict
     splits = list(ev.splits) + list(ev.optional_splits)
     kinds = {split: ev.metric_for(split) for split in splits}
     return comparison_markdown(
-        task, metrics, CompareConfig.from_params(eff), {**DISPLAY_NAMES, **baseline_names(metrics)}, kinds
+        task,
+        metrics,
+        CompareConfig.from_params(eff),
+        {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)},  # as the compare stage
+        kinds,
     )
 
 

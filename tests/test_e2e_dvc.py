@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from models.registry import DISPLAY_NAMES
+from pipeline.config.variants import display_names
 from tests.helpers import repository_copy, tiny_params
 
 pytestmark = pytest.mark.slow
@@ -37,12 +39,16 @@ def changed_stages(repo: Path, env: dict) -> set[str]:
 
 def test_dvc_repro_end_to_end(repo_copy):
     repo, env = repo_copy
-    run(["scripts/with_prefect_server.sh", "dvc", "repro"], repo, env, timeout=900)
+    out = run(["scripts/with_prefect_server.sh", "dvc", "repro"], repo, env, timeout=1200)
 
-    mechs = tuple(tiny_params()["mechanisms"])  # every mechanism of the default params
+    mechs = tuple(tiny_params()["mechanisms"])  # every mechanism of the default params and the two variants
     assert {"encdec", "rnnsearch", "copynet", "pointer_softmax", "wean", "read_again", "pointer_generator"} <= set(
         mechs
     )
+    variants = {"copynet_transformer": "copynet", "pointer_generator_transformer": "pointer_generator"}
+    assert set(variants) <= set(mechs)  # rows of their own: stage names with underscores in the matrix
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert {f"{stage}@copy_rules-{v}" for stage in ("train", "evaluate") for v in variants} <= ran
     for split in ("train", "valid", "test", "test_unseen"):
         manifest = json.loads((repo / f"data/shards/copy_rules/{split}/manifest.json").read_text())
         assert manifest["rows"] > 0 and (repo / f"data/shards/copy_rules/{split}/part-00000.arrow").exists()
@@ -52,7 +58,13 @@ def test_dvc_repro_end_to_end(repo_copy):
         assert metrics["test"]["n"] == 20
         assert (repo / f"data/eval/runs/copy_rules/{mech}/heatmap.png").exists()
     table = (repo / "data/eval/comparison/copy_rules.md").read_text()
-    assert all(f"| {DISPLAY_NAMES[m]} (ours) |" in table for m in mechs)
+    display = {**DISPLAY_NAMES, **display_names(tiny_params(), DISPLAY_NAMES)}
+    assert all(f"| {display[m]} (ours) |" in table for m in mechs)
+    assert "| CopyNet (Transformer decoder) (ours) |" in table and "| CopyNet (paper) |" in table
+    assert "Transformer decoder) (paper)" not in table  # the papers' rows are the bases' only
+    for variant, base in variants.items():  # model.pt names the base (built) and the variant (the row)
+        ckpt = torch.load(repo / f"data/checkpoints/copy_rules/{variant}/model.pt", weights_only=True)
+        assert (ckpt["mechanism"], ckpt["variant"], ckpt["model_config"]["decoder"]) == (base, variant, "transformer")
     assert (repo / "data/eval/comparison/copy_rules.png").exists()
 
     # MLflow: one experiment, one parent run, a child per mechanism; every model registered, and the
@@ -65,43 +77,49 @@ exp = c.get_experiment_by_name("copy_rules")
 runs = c.search_runs([exp.experiment_id])
 children = {r.data.tags.get("mechanism"): r.data.tags.get("mlflow.parentRunId") for r in runs
             if r.data.tags.get("mechanism")}
+bases = {r.data.tags["mechanism"]: r.data.tags.get("base_mechanism") for r in runs if r.data.tags.get("mechanism")}
 champ = c.get_model_version_by_alias("copy_rules", "champion")
 versions = c.search_model_versions("name='copy_rules'")
+registered = {v.tags.get("mechanism"): v.tags.get("base_mechanism") for v in versions}
 print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_versions": len(versions),
-                  "commit": champ.tags.get("git_commit")}))
+                  "commit": champ.tags.get("git_commit"), "bases": bases, "registered": registered}))
 """
     info = json.loads(run([sys.executable, "-c", check], repo, env).strip().splitlines()[-1])
     assert set(info["children"]) == set(mechs) and len(set(info["children"].values())) == 1
     assert None not in info["children"].values()
     assert info["n_versions"] == len(mechs)
+    expected_bases = {m: variants.get(m, m) for m in mechs}
+    assert info["bases"] == expected_bases and info["registered"] == expected_bases
     top1 = {
         m: json.loads((repo / f"data/eval/runs/copy_rules/{m}/metrics.json").read_text())["test"]["top1"] for m in mechs
     }
     assert top1[info["champion"]] == max(top1.values())
     assert "models:/copy_rules@champion" in table
 
-    # The predict command answers raw text with the champion (and with a checkpoint directly).
-    src = (repo / "data/eval/runs/copy_rules/copynet/predictions/test.jsonl").read_text().splitlines()[0]
-    line = " ".join(json.loads(src)["src"])
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.serving.predict",
-            "--checkpoint",
-            "data/checkpoints/copy_rules/copynet",
-            "--task",
-            "copy_rules",
-        ],
-        input=line + "\n",
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == " ".join(json.loads(src)["pred"])
+    # The predict command answers raw text with a checkpoint directly, a variant's too (its model.pt
+    # says what to build), as its evaluate stage did.
+    for mech in ("copynet", "copynet_transformer"):
+        src = (repo / f"data/eval/runs/copy_rules/{mech}/predictions/test.jsonl").read_text().splitlines()[0]
+        line = " ".join(json.loads(src)["src"])
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.serving.predict",
+                "--checkpoint",
+                f"data/checkpoints/copy_rules/{mech}",
+                "--task",
+                "copy_rules",
+            ],
+            input=line + "\n",
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip() == " ".join(json.loads(src)["pred"])
 
     # A second repro has nothing to do.
     assert changed_stages(repo, env) == set()
@@ -115,7 +133,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     # Every stage again with the same inputs: every output the same bytes, so dvc.lock, the metrics
     # files, the learning curves and the comparison are unchanged and git has nothing to commit
     # (run ids, registry versions and tokens/s live in MLflow and the untracked train state).
-    out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "-f"], repo, env, timeout=900)
+    out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "-f"], repo, env, timeout=1200)
     assert len(re.findall(r"Running stage '([^']+)'", out)) == 1 + 1 + 2 * len(mechs) + 1
     assert run(["git", "status", "--porcelain"], repo, env).strip() == ""
 

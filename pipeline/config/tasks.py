@@ -14,7 +14,10 @@ A stage reads ``effective_params(params, task)``: the shared sections deep-merge
 overrides, then its preset's. A task without settings runs on the shared sections as they are. The
 train and evaluate stages of one mechanism read ``effective_params(params, task, mechanism)``, which
 also merges ``task_settings.<task>.mechanisms.<mechanism>`` (and the same under the preset) last:
-e.g. ``mechanisms: {copynet: {train: {epochs: 20}}}`` when one mechanism needs more steps.
+e.g. ``mechanisms: {copynet: {train: {epochs: 20}}}`` when one mechanism needs more steps. A variant
+(``params['variants']``, :mod:`pipeline.config.variants`: a mechanism under other settings, a row of
+its own) gets its base mechanism's entries, then its own sections, then its own entries
+(``mechanisms: {copynet_transformer: {train: {epochs: 6}}}``).
 
 Which tasks can run here (their data present) and rewriting the ``tasks`` block:
 :mod:`pipeline.data.tasks` (``python -m pipeline.data.tasks list|enable``).
@@ -23,6 +26,8 @@ Which tasks can run here (their data present) and rewriting the ``tasks`` block:
 from __future__ import annotations
 
 from copy import deepcopy
+
+from pipeline.config.variants import resolve
 
 TASK_SECTIONS = ("vocab", "model", "train", "evaluate", "compare")
 MECHANISM_SECTIONS = ("model", "train", "evaluate")  # what task_settings.<task>.mechanisms.<m> may override
@@ -59,9 +64,12 @@ def preset_overrides(params: dict, task: str) -> dict:
     return presets[name] or {}
 
 
-def effective_params(params: dict, task: str, mechanism: str | None = None) -> dict:
+def effective_params(params: dict, task: str, mechanism: str | None = None, task_overrides: bool = True) -> dict:
     """params with the shared sections overridden by the task's settings and its preset; with
-    ``mechanism``, then by that mechanism's overrides in the task's settings and in its preset."""
+    ``mechanism`` (a mechanism or a variant's name), then by that mechanism's overrides in the task's
+    settings and in its preset. For a variant, in this order: its base's overrides there, the
+    variant's own sections (``variants.<name>``), its own overrides there. ``task_overrides=False``
+    leaves out the task's per-mechanism entries (a variant's own sections still apply)."""
     settings, preset = task_settings(params, task), preset_overrides(params, task)
     unknown = sorted(set(preset) - {*TASK_SECTIONS, "mechanisms"})
     if unknown:
@@ -71,7 +79,16 @@ def effective_params(params: dict, task: str, mechanism: str | None = None) -> d
         )
     layers = [settings, preset]
     if mechanism is not None:
-        layers += [_mechanism_overrides(settings, task, mechanism), _mechanism_overrides(preset, task, mechanism)]
+        row = resolve(params, mechanism)
+
+        def entries(name: str) -> list[dict]:
+            if not task_overrides:
+                return []
+            return [_mechanism_overrides(settings, task, name), _mechanism_overrides(preset, task, name)]
+
+        layers += entries(row.mechanism)
+        if row.is_variant:
+            layers += [row.overrides, *entries(row.name)]
     out = dict(params)
     for name in TASK_SECTIONS:
         out[name] = deep_merge(params.get(name) or {}, *(layer.get(name) or {} for layer in layers))

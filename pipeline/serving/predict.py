@@ -99,7 +99,7 @@ def checkpoint_model(args: argparse.Namespace):
     prepare = (params.get("prepare") or {}).get(task)
     if prepare is None:
         raise KeyError(f"params has no prepare.{task}: the reader settings that say how to tokenise raw text")
-    evaluate = effective_params(params, task).get("evaluate") or {}
+    evaluate = effective_params(params, task, mechanism).get("evaluate") or {}  # as its evaluate stage
     root = project_root(args.params)
     vocab = Path(args.vocab) if args.vocab else root / "data" / "vocab" / task
     subword = root / "data" / "shards" / task / "subword.model"

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from models.registry import DISPLAY_NAMES
+from models.registry import DISPLAY_NAMES, MECHANISMS
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params, primary_metric, task_names
+from pipeline.config.variants import check_variants, display_names
 from pipeline.decoding.settings import EvalConfig
 from pipeline.io.files import write_json_atomic, write_text_atomic
 from pipeline.reporting.baselines import baseline_names, lead_metrics, lead_name
@@ -126,7 +127,9 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     for n in cfg.lead:  # model-free rows scored on the same shards (pipeline.reporting.baselines)
         present = {s: paths.split(s) for s in ev.splits if paths.split(s).is_dir()}
         metrics[lead_name(n)] = lead_metrics(present, n, ev)
-    display = {**DISPLAY_NAMES, **baseline_names(metrics)}
+    # variants (params.yaml variants) are rows of their own, labelled as such; the papers' rows stay
+    # keyed by the base mechanisms, so a variant gets none
+    display = {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)}
     kinds = {split: ev.metric_for(split) for split in ev.splits}
     manifests = task_manifests(paths.shards)
     champ, champ_line = choose_champion(paths, params, manifests)
@@ -164,6 +167,7 @@ def run(params_path: str | None = None, step: Callable = lambda fn: fn) -> dict[
     """The stage over every task of params.yaml; ``step`` wraps each task's comparison (a Prefect task
     in the flow). The pages by task."""
     params = load_params(params_path)
+    check_variants(params, MECHANISMS)
     root = project_root(params_path)
     out = {
         t: step(compare_task)(TaskPaths(t, root), list(params["mechanisms"]), effective_params(params, t))

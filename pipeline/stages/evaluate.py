@@ -18,6 +18,7 @@ from pathlib import Path
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params
+from pipeline.config.variants import resolve
 from pipeline.data.corpora.raw_input import accepts_raw_text, detokenize
 from pipeline.decoding.decode import copy_trace, decode_table
 from pipeline.decoding.scoring import score_records
@@ -104,6 +105,7 @@ def register_model(
         task_name,
         {
             "mechanism": mechanism,
+            "base_mechanism": resolve(params, mechanism).mechanism,  # a variant's base (else the mechanism)
             "run_id": run.run_id,
             "git_commit": git_commit(paths.root),
             **data,

@@ -53,9 +53,14 @@ def curve_csv(history: list[dict]) -> str:
     return buf.getvalue()
 
 
-def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None = None) -> dict:
+def fit(
+    paths: TaskPaths, mechanism: str, params: dict, params_path: str | None = None, key_params: dict | None = None
+) -> dict:
     """Train ``mechanism`` on ``paths.task`` under its MLflow run (a child of the pipeline run); the last
-    learning-curve row."""
+    learning-curve row. ``key_params``: the task's pipeline params (:func:`pipeline_params` of the raw
+    params), which name the parent run; default: from ``params``, which holds ``mechanism``'s own
+    overrides (task_settings.<task>.mechanisms, a variant's sections) and so would name a parent of
+    its own when it has any."""
     task_name = paths.task
     job = TrainJob(paths, mechanism, params)
     model_cfg, train_cfg = job.model_cfg, job.train_cfg
@@ -71,9 +76,8 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
     experiment = TrackingConfig.from_params(params).experiment(task_name)
     # One parent run per pipeline run of this task (same commit, task params and data); each
     # mechanism's run is its child, found again by the evaluate stage through run.json.
-    parent = parent_run(
-        experiment, task_name, pipeline_params(params, task_name), task_manifests(paths.shards), root=paths.root
-    )
+    key = key_params if key_params is not None else pipeline_params(params, task_name)
+    parent = parent_run(experiment, task_name, key, task_manifests(paths.shards), root=paths.root)
     with RunLogger(
         experiment,
         mechanism,
@@ -81,7 +85,8 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
         tags={
             **provenance_tags(manifests, task_name, mechanism, paths.root),
             "task": task_name,
-            "mechanism": mechanism,
+            "mechanism": mechanism,  # the row: a mechanism or a variant (params.yaml variants)
+            "base_mechanism": job.base,  # what was built (the mechanism itself unless a variant)
         },
         parent_run_id=parent,
     ) as run:
@@ -117,8 +122,12 @@ def fit(paths: TaskPaths, mechanism: str, params: dict, params_path: str | None 
 def run(task_name: str, mechanism: str, params_path: str | None = None, step: Callable = lambda fn: fn) -> dict:
     """The stage: the task's effective params for ``mechanism``, then :func:`fit` (as ``step(fit)``:
     the flow makes it a Prefect task); the last learning-curve row."""
-    params = effective_params(load_params(params_path), task_name, mechanism)
-    last = step(fit)(TaskPaths(task_name, project_root(params_path)), mechanism, params, params_path)
+    raw = load_params(params_path)
+    params = effective_params(raw, task_name, mechanism)
+    # every mechanism's run under the one parent of the task's pipeline run (the compare stage's):
+    # keyed by the task's params, not by this mechanism's overrides
+    key = pipeline_params(raw, task_name)
+    last = step(fit)(TaskPaths(task_name, project_root(params_path)), mechanism, params, params_path, key)
     print(f"{task_name}/{mechanism}: " + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
     return last
 

@@ -4,7 +4,8 @@
 
   model         the state dict (tensors)
   model_config  the ModelConfig fields it was built with
-  mechanism     its mechanism name
+  mechanism     its mechanism name (the base mechanism that models.registry builds)
+  variant       a variant's row name (params.yaml ``variants``; only when it is one): e.g. copynet_transformer
   vocab         {"src": {"size", "sha256"}, "tgt": {"size", "sha256"}} of the vocabularies it was trained with
   step, epoch, valid_loss
 
@@ -14,9 +15,10 @@ the train state's run.json, with the file's sha256 (``pipeline.io.files.sha256_f
 
 Every load goes through ``torch.load(weights_only=True)``: a file that needs arbitrary objects
 unpickled (a crafted checkpoint whose loading would run code) is refused before anything in it
-runs, with a ``CheckpointError`` naming the file. Loading a model checks its mechanism and, when the
-caller gives them, the vocabularies: another mechanism, vocabulary size or vocabulary order is an
-error naming both, never a silently wrong model.
+runs, with a ``CheckpointError`` naming the file. Loading a model checks its mechanism (or variant)
+and, when the caller gives them, the vocabularies: another mechanism, vocabulary size or vocabulary
+order is an error naming both, never a silently wrong model. A variant's model is rebuilt from the
+file alone (its base and the ModelConfig it was trained with), without params.yaml.
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def load_model(
     """Rebuild a model from model.pt (weights + the config it was trained with), in eval mode.
     ``vocabs``: the (source, target) vocabularies it will be used with, checked; ``sha256``: the
     file's content hash as the training run that wrote it recorded it (the evaluate stage registers
-    the model under that run, so the file must be that run's). Returns ``(model, checkpoint dict)``."""
+    the model under that run, so the file must be that run's). ``mechanism``: the row it was trained as,
+    a mechanism or a variant's name (``copynet_transformer``: the file records both). Returns
+    ``(model, checkpoint dict)``."""
     path = Path(path)
     if sha256 is not None and sha256_file(path) != sha256:
         raise CheckpointError(
@@ -102,15 +106,17 @@ def load_model(
             "own); rerun training"
         )
     ckpt = load_file(path, device)
-    trained_as = ckpt.get("mechanism")
+    base = ckpt.get("mechanism") or mechanism  # a file of an older format: as the caller says
+    trained_as = ckpt.get("variant") or ckpt.get("mechanism")
     if trained_as is not None and trained_as != mechanism:
-        raise CheckpointError(f"{path} is a {trained_as} model, not {mechanism}")
+        what = f"{trained_as} (a variant of {base})" if ckpt.get("variant") else trained_as
+        raise CheckpointError(f"{path} is a {what} model, not {mechanism}")
     if vocabs is not None:
         check_vocabularies(path, ckpt, vocabs)
     try:
-        model = build_model(mechanism, ModelConfig(**ckpt["model_config"]))
+        model = build_model(base, ModelConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
     except (TypeError, KeyError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0]
-        raise CheckpointError(f"{path}: does not fit a {mechanism} model of its recorded config ({first})") from None
+        raise CheckpointError(f"{path}: does not fit a {base} model of its recorded config ({first})") from None
     return model.to(device).eval(), ckpt

@@ -3,6 +3,10 @@
 The train stage runs it in its own process, or, with ``train.nproc`` > 1 or ``train.nnodes`` > 1, on
 every process of a torchrun job (:func:`pipeline.stages.train.worker_main`: ``python -m
 pipeline.stages.train``), where rank 0 writes the checkpoint directory.
+
+``mechanism`` is the row's name: a mechanism, or a variant of one (params.yaml ``variants``,
+:mod:`pipeline.config.variants`), whose base mechanism is built and whose name names the folders;
+model.pt records the base as ``mechanism`` and, for a variant, the row as ``variant``.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.param_count import output_layer_parameters
-from models.registry import model_config, reads_source_words
+from models.registry import MECHANISMS, model_config, reads_source_words
 from pipeline.config.params import section
 from pipeline.config.paths import TaskPaths
+from pipeline.config.variants import resolve
 from pipeline.training.checkpoints import vocab_identity
 from pipeline.training.distributed import ONE_PROCESS, DistContext
 from pipeline.training.loop import build_seeded_model, train
@@ -26,16 +31,18 @@ from pipeline.vocab.vocabulary import Vocab
 @dataclass
 class TrainJob:
     paths: TaskPaths
-    mechanism: str
-    params: dict  # the task's effective params (presets applied)
+    mechanism: str  # the row: a mechanism or a variant's name (folders, runs)
+    params: dict  # the task's effective params for it (presets and the variant's sections applied)
     vocab_dir: Path | None = None  # vocabularies and encoded splits (default: the vocab stage's output)
 
     def __post_init__(self) -> None:
+        self.variant = resolve(self.params, self.mechanism, known=MECHANISMS)
+        self.base = self.variant.mechanism  # what models.registry builds
         vocab_dir = self.vocab_dir or self.paths.vocab
         self.src_vocab = Vocab.load(vocab_dir / "src.vocab")
         self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
         self.model_cfg = model_config(
-            section(self.params, "model"), self.mechanism, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
+            section(self.params, "model"), self.base, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
         )
         self.train_cfg = TrainConfig.from_dict(section(self.params, "train"))
         self.splits = {
@@ -53,7 +60,7 @@ class TrainJob:
         return self.train_cfg.nproc > 1 or self.train_cfg.nnodes > 1
 
     def build_model(self):
-        model = build_seeded_model(self.mechanism, self.model_cfg, self.train_cfg.seed)
+        model = build_seeded_model(self.base, self.model_cfg, self.train_cfg.seed)
         return model, {
             "n_parameters": sum(p.numel() for p in model.parameters()),
             "output_layer_parameters": output_layer_parameters(model),
@@ -75,7 +82,7 @@ class TrainJob:
         if state is None:
             state = checkpoints or self.paths.train_state(self.mechanism)
         model, _ = self.build_model()
-        source = self.src_vocab if reads_source_words(self.mechanism, self.model_cfg) else None
+        source = self.src_vocab if reads_source_words(self.base, self.model_cfg) else None
         return train(
             model,
             self.splits["train"],
@@ -89,7 +96,8 @@ class TrainJob:
             ctx=ctx,
             source_vocab=source,
             model_info={
-                "mechanism": self.mechanism,
+                "mechanism": self.base,
+                **({"variant": self.mechanism} if self.variant.is_variant else {}),
                 "vocab": {"src": vocab_identity(self.src_vocab), "tgt": vocab_identity(self.tgt_vocab)},
             },
             state_dir=state,

@@ -156,7 +156,8 @@ def test_lr_halves_after_the_given_epoch():
 
 def test_every_task_and_preset_builds_valid_configs():
     """A typo in any task's settings or preset (an unknown key, a bad value) fails here, not mid-run."""
-    from models.registry import model_config
+    from models.registry import MECHANISMS, model_config
+    from pipeline.config.variants import resolve
     from pipeline.decoding.settings import EvalConfig
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -164,8 +165,9 @@ def test_every_task_and_preset_builds_valid_configs():
         params["preset"] = preset
         for task in params["task_settings"]:
             eff = effective_params(params, task)
-            for mech in params["mechanisms"]:
-                model_config(eff["model"], mech, src_vocab=10, tgt_vocab=10)
+            for mech in params["mechanisms"]:  # a variant: its base under its settings
+                base = resolve(params, mech, known=MECHANISMS).mechanism
+                model_config(effective_params(params, task, mech)["model"], base, src_vocab=10, tgt_vocab=10)
             TrainConfig.from_dict(eff["train"])
             EvalConfig.from_dict({k: v for k, v in eff["evaluate"].items() if k != "heatmap"})
             assert set(eff["vocab"]) <= {"src_max_size", "tgt_max_size", "min_count"}, (task, preset)
