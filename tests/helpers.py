@@ -88,8 +88,9 @@ def tiny_params() -> dict:
     params["train"].update(epochs=2, batch_size=8, seed=2, threads=1)  # tiny models: one thread is fastest
     params["evaluate"].update(beam_size=3, max_len=20, batch_size=16, threads=1)
     params["task_settings"]["copy_rules"].pop("mechanisms", None)  # the default run's longer trainings
-    # The Transformer-decoder variants (declared in params.yaml, not in the default run) run here too.
-    params["mechanisms"] = [*params["mechanisms"], "copynet_transformer", "pointer_generator_transformer"]
+    # The Transformer-decoder variants run here too (whether or not the default run lists them).
+    variants = ["copynet_transformer", "pointer_generator_transformer"]
+    params["mechanisms"] = [*(m for m in params["mechanisms"] if m not in variants), *variants]
     return params
 
 

@@ -122,6 +122,7 @@ from sacremoses import MosesTokenizer
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.common import CorpusFormatError, Quarantined, SplitStats, pair_key, write_corpus
 from pipeline.data.corpora.inputs import MAX_TOKEN_CHARS, TextLimits, open_input, resolve_input
+from pipeline.data.corpora.keyset import KeySet
 from pipeline.io.files import sha256_file
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
@@ -568,15 +569,14 @@ class TrainGate:
 
     def __init__(self, eval_sources: Mapping[bytes, str]) -> None:
         self.eval_sources = eval_sources
-        self.seen: set[bytes] = set()
+        self.seen = KeySet()  # 8 bytes a distinct pair (Europarl has two million)
 
     def reason(self, src_key: bytes, key: bytes) -> str | None:
         split = self.eval_sources.get(src_key)
         if split is not None:
             return f"src_in_{split}"
-        if key in self.seen:
+        if not self.seen.add(key):
             return "duplicate_pair"
-        self.seen.add(key)
         return None
 
 

@@ -111,8 +111,8 @@ def test_display_names_are_the_variants_own_or_the_base_s_with_the_name():
 
 
 def test_params_yaml_variants_are_valid_and_listed():
-    """The declared variants: well formed, on the Transformer decoder, with their own epochs, and not
-    in the default run (whose rows are all converged; the end-to-end test's params add them)."""
+    """The declared variants: well formed, on the Transformer decoder, with their own (converged)
+    epochs, and rows of the default run."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     check_variants(params, MECHANISMS)
     names = display_names(params, DISPLAY_NAMES)
@@ -120,7 +120,7 @@ def test_params_yaml_variants_are_valid_and_listed():
         "copynet_transformer": "CopyNet (Transformer decoder)",
         "pointer_generator_transformer": "Pointer-generator + coverage (Transformer decoder)",
     }
-    assert not set(names) & set(params["mechanisms"])
+    assert set(names) <= set(params["mechanisms"])
     for name in names:
         eff = effective_params(params, "copy_rules", name)
         assert eff["model"]["decoder"] == "transformer"
@@ -164,3 +164,37 @@ def test_a_train_job_refuses_an_unknown_base(variant_run):
     params = _params(copynet_tf={"mechanism": "copy_net"})
     with pytest.raises(ValueError, match=r"variants.copynet_tf.mechanism 'copy_net' is not a mechanism"):
         TrainJob(TaskPaths("t", root), "copynet_tf", effective_params(params, "t", "copynet_tf"), vocab_dir=root)
+
+
+def test_gigaword_paper_preset_gives_the_transformer_rows_fairseq_s_transformer_pg_sizes():
+    """The `paper` preset's Transformer rows on Gigaword: fairseq's transformer_pointer_generator example
+    (Transformer base, Adam 0.001 with 500 warm-up steps and inverse square root, 4096 tokens x 4); the
+    recurrent rows keep Read-Again 4's sizes and SGD. Built as the train job builds them."""
+    import torch
+
+    from models.registry import build_model, model_config
+    from models.transformer_decoder import DecoderLayer
+    from pipeline.training.settings import TrainConfig
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["preset"] = "paper"
+    for name, base in (("copynet_transformer", "copynet"), ("pointer_generator_transformer", "pointer_generator")):
+        eff = effective_params(params, "gigaword", name)
+        train = TrainConfig.from_dict(eff["train"])
+        assert (train.optimizer, train.lr, train.warmup_steps, train.lr_decay) == ("adam", 0.001, 500, "inverse_sqrt")
+        assert (train.max_tokens, train.update_freq, train.clip, train.lr_halve_after) == (4096, 4, 0.1, None)
+        cfg = model_config(eff["model"], base, src_vocab=50, tgt_vocab=40)
+        assert (cfg.encoder, cfg.decoder, cfg.hidden, 2 * cfg.encoder_hidden) == (
+            "transformer",
+            "transformer",
+            512,
+            512,
+        )
+        assert (cfg.transformer_layers, cfg.decoder_layers, cfg.decoder_heads, cfg.decoder_ff) == (6, 6, 8, 2048)
+        model = build_model(base, cfg)
+        decoder_layers = [m for m in model.modules() if isinstance(m, DecoderLayer)]
+        encoder_layers = [m for m in model.modules() if isinstance(m, torch.nn.TransformerEncoderLayer)]
+        assert len(decoder_layers) == 6 and len(encoder_layers) == 6
+        assert decoder_layers[0].ff[0].weight.shape == (2048, 512)
+    recurrent = effective_params(params, "gigaword", "copynet")
+    assert (recurrent["model"]["decoder"], recurrent["train"]["optimizer"]) == ("recurrent", "sgd")
