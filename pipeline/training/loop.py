@@ -247,6 +247,13 @@ def train(
     resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
     if ckpt is not None and ckpt.get("fingerprint") != fp and ctx.is_main:
         print(f"{last} is of other settings, data or training run; starting afresh", file=sys.stderr)
+    if resumed and math.isfinite(ckpt["progress"]["best"]) and not (ckpt_dir / "model.pt").exists():
+        # The best weights so far are gone (DVC deletes a stage output it holds no record of: `dvc exp run`
+        # after an interrupted run does): resumed, a run whose best epoch came before the interruption
+        # would end without a model.pt.
+        resumed = False
+        if ctx.is_main:
+            print(f"{ckpt_dir / 'model.pt'} (the best weights before {last}) is gone; starting afresh", file=sys.stderr)
     if not resumed and ctx.is_main:  # a fresh run: no output of a previous run may stay behind as its own
         for name in ("model.pt", "history.json"):
             (ckpt_dir / name).unlink(missing_ok=True)

@@ -129,7 +129,7 @@ def test_sigkill_at_a_random_step_then_rerun_ends_bit_identical(data, tmp_path):
     assert not list((tmp_path / "b").glob(".*.tmp")), "a killed write left its temp file"
 
 
-def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_path):
+def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_path, capsys):
     """In-process: a run stopped by an exception mid-epoch resumes from its last step checkpoint."""
     straight, history = _run(data, tmp_path / "a", checkpoint_every=1)
     assert [r["epoch"] for r in history] == [0, 1, 2, 3]  # the untrained model, then each epoch
@@ -152,7 +152,9 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
         )
     ckpt = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
     assert ckpt["progress"]["step"] == 4 and ckpt["progress"]["batch"] > 0  # mid-epoch, before step 5's checkpoint
-    resumed, history_b = _run(data, tmp_path / "b", checkpoint_every=1)
+    capsys.readouterr()
+    resumed, history_b = _run(data, tmp_path / "b", checkpoint_every=1, log_every=1)  # the settings it stopped with
+    assert "resuming from" in capsys.readouterr().err  # (log_every is in the fingerprint: else a fresh run)
     assert _same_weights(straight.state_dict(), resumed.state_dict())
     for a, b in zip(history, history_b):
         assert a["valid_loss"] == pytest.approx(b["valid_loss"], abs=1e-12)
@@ -189,6 +191,35 @@ def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(dat
     assert [r["epoch"] for r in history] == [0, 1, 2, 3]  # from the start, not from step 4
     straight = run("run-c")  # a completed run is never resumed: the same training again
     assert [r["valid_loss"] for r in straight] == [r["valid_loss"] for r in history]
+
+
+def test_an_interrupted_run_whose_model_pt_was_deleted_starts_afresh(data, tmp_path, capsys):
+    """`dvc exp run` after an interruption deletes the stage's outputs it holds no record of, model.pt
+    among them, while last.pt (data/train_state) stays: resumed, a run whose best validation came
+    before the interruption would end without model.pt. It starts afresh and ends as an uninterrupted run."""
+    straight, history = _run(data, tmp_path / "a", checkpoint_every=1)
+    _, encoded, src, tgt = data
+    cfg = _cfg(src, tgt)
+    with pytest.raises(StopTraining):
+        train(
+            build_seeded_model("copynet", cfg, 0),
+            encoded["train"],
+            encoded["valid"],
+            TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1, log_every=1),
+            tmp_path / "b",
+            model_config=vars(cfg),
+            data_hash="d",
+            progress=False,
+            on_step=stop_at(5),
+        )
+    assert (tmp_path / "b" / "model.pt").exists()  # the untrained or first epoch's validation wrote it
+    (tmp_path / "b" / "model.pt").unlink()
+    capsys.readouterr()
+    resumed, history_b = _run(data, tmp_path / "b", checkpoint_every=1, log_every=1)  # the settings it stopped with
+    assert "is gone; starting afresh" in capsys.readouterr().err
+    assert [r["epoch"] for r in history_b] == [0, 1, 2, 3]  # from the start, not from step 4
+    assert _same_weights(straight.state_dict(), resumed.state_dict())
+    assert (tmp_path / "b" / "model.pt").exists()
 
 
 def test_rerun_after_a_completed_run_starts_afresh(data, tmp_path):
