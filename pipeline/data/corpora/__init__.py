@@ -15,7 +15,7 @@ from types import ModuleType
 
 # Modules of this package that readers use, not readers: shared writing, opening and checking raw
 # input, LDC SGML parsing, the raw-text dispatcher, and records of TSV/CSV/JSONL/Parquet/Arrow files.
-NOT_READERS = frozenset({"common", "inputs", "ldc_sgml", "raw_input", "tables"})
+NOT_READERS = frozenset({"common", "inputs", "keyset", "ldc_sgml", "raw_input", "tables"})
 
 
 def reader_names() -> list[str]:

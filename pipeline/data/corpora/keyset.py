@@ -1,4 +1,5 @@
-"""A set of 8-byte keys at 8 bytes a key, for deduplicating corpora of millions of pairs.
+"""A set of 8-byte keys at 8 bytes a key, for deduplicating corpora of millions of pairs (shared by
+readers, not a reader itself: ``NOT_READERS``).
 
 A Python ``set`` of 8-byte ``bytes`` costs about 75 bytes a key (the object, its hash slot and the
 table's spare room): 145 MB for two million pairs, the whole of the parallel reader's memory growth
