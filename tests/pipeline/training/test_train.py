@@ -42,7 +42,7 @@ def _cfg(src, tgt, dropout: float = 0.2) -> ModelConfig:
     )  # dropout uses the RNG
 
 
-def _run(data, ckpt: Path, **train_options):
+def _run(data, ckpt: Path, on_step=None, **train_options):
     _, encoded, src, tgt = data
     cfg = _cfg(src, tgt)
     model = build_seeded_model("copynet", cfg, 0)
@@ -56,6 +56,7 @@ def _run(data, ckpt: Path, **train_options):
         model_config=vars(cfg),
         data_hash="d",
         progress=False,
+        on_step=on_step,
     )
     return model, history
 
@@ -136,20 +137,8 @@ def test_resume_mid_epoch_from_a_step_checkpoint_equals_uninterrupted(data, tmp_
     assert history[0]["step"] == 0 and history[0]["train_loss"] is None
     assert history[-1]["train_loss"] < history[1]["train_loss"]
 
-    _, encoded, src, tgt = data
-    cfg = _cfg(src, tgt)
     with pytest.raises(StopTraining):
-        train(
-            build_seeded_model("copynet", cfg, 0),
-            encoded["train"],
-            encoded["valid"],
-            TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1, log_every=1),
-            tmp_path / "b",
-            model_config=vars(cfg),
-            data_hash="d",
-            progress=False,
-            on_step=stop_at(5),
-        )
+        _run(data, tmp_path / "b", on_step=stop_at(5), checkpoint_every=1, log_every=1)
     ckpt = torch.load(tmp_path / "b" / "last.pt", weights_only=True)
     assert ckpt["progress"]["step"] == 4 and ckpt["progress"]["batch"] > 0  # mid-epoch, before step 5's checkpoint
     capsys.readouterr()
@@ -198,20 +187,8 @@ def test_an_interrupted_run_whose_model_pt_was_deleted_starts_afresh(data, tmp_p
     among them, while last.pt (data/train_state) stays: resumed, a run whose best validation came
     before the interruption would end without model.pt. It starts afresh and ends as an uninterrupted run."""
     straight, history = _run(data, tmp_path / "a", checkpoint_every=1)
-    _, encoded, src, tgt = data
-    cfg = _cfg(src, tgt)
     with pytest.raises(StopTraining):
-        train(
-            build_seeded_model("copynet", cfg, 0),
-            encoded["train"],
-            encoded["valid"],
-            TrainConfig(epochs=3, batch_size=8, seed=7, checkpoint_every=1, log_every=1),
-            tmp_path / "b",
-            model_config=vars(cfg),
-            data_hash="d",
-            progress=False,
-            on_step=stop_at(5),
-        )
+        _run(data, tmp_path / "b", on_step=stop_at(5), checkpoint_every=1, log_every=1)
     assert (tmp_path / "b" / "model.pt").exists()  # the untrained or first epoch's validation wrote it
     (tmp_path / "b" / "model.pt").unlink()
     capsys.readouterr()
