@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| structure | CPU seconds for {args.keys:,} adds | us a key | MB held |")
     print("|---|---:|---:|---:|")
     print(f"| Python set | {set_seconds:.2f} | {1e6 * set_seconds / args.keys:.2f} | {set_bytes / 2**20:.0f} |")
-    print(f"| KeySet | {ours_seconds:.2f} | {1e6 * ours_seconds / args.keys:.2f} | {ours.nbytes / 2**20:.0f} (+ pending) |")
+    print(
+        f"| KeySet | {ours_seconds:.2f} | {1e6 * ours_seconds / args.keys:.2f} | {ours.nbytes / 2**20:.0f} (+ pending) |"
+    )
     print(f"KeySet / set: {ours_seconds / set_seconds:.1f}x the CPU time, {ours.nbytes / set_bytes:.2f}x the memory")
 
 
