@@ -5,8 +5,8 @@ For every mechanism and every setting, the model (model.pt, or with ``average_la
 the run's last K step checkpoints, as the evaluate stage builds it) is decoded on each split with the
 task's evaluate settings plus that one change, and scored as the evaluate stage scores it
 (pipeline.decoding: decode_table, score_records). The "as evaluated" row is read, not decoded: the
-stage's own metrics.json and predictions (data/eval/runs/<task>/<mechanism>), so each other row
-differs from it by its one setting. Runs in a project checkout after ``dvc repro``, with the math
+stage's own metrics.json and predictions (data/eval/runs/<task>/<mechanism>; left out where the
+evaluate stage has not run), so each other row differs from it by its one setting. Runs in a project checkout after ``dvc repro``, with the math
 libraries pinned as the stages pin them:
 
     .venv/bin/python scripts/eval_options.py --task gigaword --splits test \\
@@ -97,12 +97,14 @@ def main(argv=None) -> None:
         base = EvalConfig.from_params(eff)
         device = resolve_device(base.device)
         compute_settings(base.threads, base.deterministic)
-        stage = json.loads((paths.evaluation(mechanism) / "metrics.json").read_text())
-        preds = paths.evaluation(mechanism) / "predictions"
-        rows = {"as evaluated": {}}
-        for split in args.splits:
-            lines = [json.loads(line) for line in (preds / f"{split}.jsonl").read_text().splitlines()]
-            rows["as evaluated"][split] = {**stage[split], **unk_stats(lines)}
+        rows = {}
+        stage, preds = paths.evaluation(mechanism) / "metrics.json", paths.evaluation(mechanism) / "predictions"
+        if stage.exists():  # the evaluate stage's own figures, when it has run
+            metrics = json.loads(stage.read_text())
+            rows["as evaluated"] = {}
+            for split in args.splits:
+                lines = [json.loads(line) for line in (preds / f"{split}.jsonl").read_text().splitlines()]
+                rows["as evaluated"][split] = {**metrics[split], **unk_stats(lines)}
         plain, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs)
         for key, value in settings:
             cfg = EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], key: value}})
