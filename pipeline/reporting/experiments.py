@@ -175,6 +175,7 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
         return table
     if spec["kind"] == "sizes":
         paper = PAPER_TABLES[spec["paper_table"]] if spec.get("paper_table") else None
-        rows = curve_rows(runs, spec["split"], columns)
+        rows = curve_rows(runs, spec["split"], columns)  # first seen first: reorder (a row measured at one size only)
+        rows = dict(sorted(rows.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
         return curve_markdown(rows, columns, display, int(spec["target"]), paper, spec.get("paper_rows"))
     raise ValueError(f"{folder / 'experiment.yaml'}: kind must be seeds or sizes, got {spec['kind']!r}")

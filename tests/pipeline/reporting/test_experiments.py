@@ -91,3 +91,22 @@ def test_curve_table_sets_the_papers_row_beside_ours():
     assert md.splitlines()[0].endswith("| fit at 8,000 (extrapolated) | paper |")
     assert "| read_again | rouge1 | 10.00 | 12.00 | +2.00 | 16.00 | 27.37 (Ours-LSTM (C), 15K) |" in md
     assert "| copynet | rouge1 | 9.00 | 9.50 | +0.50 | 10.50 | - |" in md  # no paper row for it
+
+
+def test_sizes_table_keeps_model_order_when_a_row_has_one_size_only(tmp_path):
+    """A row measured at the largest size only (a variant trained later) sits among the models,
+    not after the baselines that every size has, and carries the label it is given."""
+    from pipeline.reporting.experiments import render_experiment
+
+    (tmp_path / "experiment.yaml").write_text("kind: sizes\ntask: t\nsplit: test\ncolumns: [rouge1]\ntarget: 100000\n")
+    sizes = {
+        "1000": {"copynet": 10.0, "lead8": 21.0},
+        "10000": {"copynet": 20.0, "lead8": 21.0, "copynet_transformer": 22.0},
+    }
+    for size, per_mech in sizes.items():
+        (tmp_path / size).mkdir()
+        for mech, r1 in per_mech.items():
+            (tmp_path / size / f"{mech}.json").write_text(json.dumps({"test": {"n": 3, "rouge1": r1}}))
+    display = {"copynet": "CopyNet", "copynet_transformer": "CopyNet (Transformer decoder)"}
+    lines = [line.split(" | ")[0] for line in render_experiment(tmp_path, display).splitlines()[2:]]
+    assert lines == ["| CopyNet", "| CopyNet (Transformer decoder)", "| Lead-8 (first 8 source tokens)"]
