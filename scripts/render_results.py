@@ -120,9 +120,8 @@ def experiment_block(spec: str, root: Path, params: dict) -> str:
     if not (folder / "experiment.yaml").exists():
         raise RenderError(f"block results:{spec}: no {folder.relative_to(root)}/experiment.yaml")
     if not run:
-        return render_experiment(
-            folder, {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES)}
-        )  # variants' labels too
+        labels = {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES)}  # the variants' labels too
+        return render_experiment(folder, labels)
     runs = load_runs(folder)
     if run not in runs:
         raise RenderError(

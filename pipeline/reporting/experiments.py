@@ -160,10 +160,11 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
     runs = load_runs(folder)
     display = {**display, **baseline_names({m for per_mech in runs.values() for m in per_mech})}
     order = list(display)  # the mechanisms' order (models/), then the baselines
-    runs = {
-        run: dict(sorted(per_mech.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-        for run, per_mech in runs.items()
-    }
+
+    def in_order(per_mech: dict) -> dict:
+        return dict(sorted(per_mech.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+    runs = {run: in_order(per_mech) for run, per_mech in runs.items()}
     columns = list(spec["columns"])
     if spec["kind"] == "seeds":
         paper = PAPER_TABLES[spec["paper_table"]] if spec.get("paper_table") else None
@@ -175,7 +176,6 @@ def render_experiment(folder: Path, display: dict[str, str]) -> str:
         return table
     if spec["kind"] == "sizes":
         paper = PAPER_TABLES[spec["paper_table"]] if spec.get("paper_table") else None
-        rows = curve_rows(runs, spec["split"], columns)  # first seen first: reorder (a row measured at one size only)
-        rows = dict(sorted(rows.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+        rows = in_order(curve_rows(runs, spec["split"], columns))  # a row measured at one size only comes in late
         return curve_markdown(rows, columns, display, int(spec["target"]), paper, spec.get("paper_rows"))
     raise ValueError(f"{folder / 'experiment.yaml'}: kind must be seeds or sizes, got {spec['kind']!r}")
