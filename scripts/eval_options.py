@@ -6,8 +6,8 @@ the run's last K step checkpoints, as the evaluate stage builds it) is decoded o
 task's evaluate settings plus that one change, and scored as the evaluate stage scores it
 (pipeline.decoding: decode_table, score_records). The "as evaluated" row is read, not decoded: the
 stage's own metrics.json and predictions (data/eval/runs/<task>/<mechanism>; left out where the
-evaluate stage has not run), so each other row differs from it by its one setting. Runs in a project checkout after ``dvc repro``, with the math
-libraries pinned as the stages pin them:
+evaluate stage has not run), so each other row differs from it by its one setting. Runs in a
+project checkout after ``dvc repro``, with the math libraries pinned as the stages pin them:
 
     .venv/bin/python scripts/eval_options.py --task gigaword --splits test \\
         --settings replace_unk=true ban_unk=true average_last=3 --json unk_options.json
@@ -98,12 +98,13 @@ def main(argv=None) -> None:
         device = resolve_device(base.device)
         compute_settings(base.threads, base.deterministic)
         rows = {}
-        stage, preds = paths.evaluation(mechanism) / "metrics.json", paths.evaluation(mechanism) / "predictions"
-        if stage.exists():  # the evaluate stage's own figures, when it has run
-            metrics = json.loads(stage.read_text())
+        evaluated = paths.evaluation(mechanism)
+        if (evaluated / "metrics.json").exists():  # the evaluate stage's own figures, when it has run
+            metrics = json.loads((evaluated / "metrics.json").read_text())
             rows["as evaluated"] = {}
             for split in args.splits:
-                lines = [json.loads(line) for line in (preds / f"{split}.jsonl").read_text().splitlines()]
+                lines = (evaluated / "predictions" / f"{split}.jsonl").read_text().splitlines()
+                lines = [json.loads(line) for line in lines]
                 rows["as evaluated"][split] = {**metrics[split], **unk_stats(lines)}
         plain, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs)
         for key, value in settings:
