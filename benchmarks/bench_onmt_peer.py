@@ -349,6 +349,8 @@ def bucket_size(args) -> int:
 
 
 def onmt_config(args, data: dict, run_dir: Path, vocab_size: int, precision: str, cuda: bool) -> dict:
+    """OpenNMT's training config; with ``args.save`` (bench_vs_onmt.py) the model is saved at the last
+    step as ``run_dir/model_step_<steps>.pt``, for onmt_translate."""
     train_steps = args.warmup + args.steps
     return {
         "save_data": str(run_dir / "onmt"),
@@ -383,7 +385,7 @@ def onmt_config(args, data: dict, run_dir: Path, vocab_size: int, precision: str
         "max_grad_norm": 5,
         "train_steps": train_steps,
         "valid_steps": 10 * train_steps,
-        "save_checkpoint_steps": 10 * train_steps,
+        "save_checkpoint_steps": train_steps if getattr(args, "save", False) else 10 * train_steps,
         "report_every": args.report_every,
         "seed": args.seed + 1,  # OpenNMT seeds its RNGs only when seed > 0
         "model_dtype": "fp32" if precision == "fp32" else "fp16",
@@ -417,7 +419,14 @@ def run_one(args, env: dict, shim_dir: Path | None, data: dict, run_dir: Path, s
     config = onmt_config(args, data, run_dir, size, precision, cuda)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     threads = args.threads if args.threads is not None else (0 if cuda else 1)
-    spec = {"cuda": cuda, "precision": precision, "threads": threads, "warmup": args.warmup, "steps": args.steps}
+    spec = {
+        "cuda": cuda,
+        "precision": precision,
+        "threads": threads,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "save": getattr(args, "save", False),
+    }
     (run_dir / "child.json").write_text(json.dumps(spec))
     child_env = dict(os.environ)
     if shim_dir is not None:  # after the existing path: a real package, if any, wins
@@ -632,7 +641,8 @@ def child_main(run_dir: Path) -> None:
         return built["model"]
 
     onmt.train_single.build_model = build_model
-    onmt.train_single.build_model_saver = lambda *a, **k: None
+    if not spec.get("save"):
+        onmt.train_single.build_model_saver = lambda *a, **k: None
     onmt_loss.collapse_copy_scores = collapse_copy_scores_on_device
 
     sys.argv = ["onmt_train", "-config", str(run_dir / "config.yaml")]

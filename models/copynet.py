@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from models.config import ModelConfig
-from models.extended import NEG
+from models.extended import NEG, gold_log_probs
 from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32, shared_softmax
 
 
@@ -63,6 +63,20 @@ class CopyNetOutput(OutputLayer):
     def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         gen = self.project(s, self.w_o)  # (B, T, V) psi_g, eq. 7
         return shared_softmax(gen, self.copy_scores(s, view))  # eq. 4-6, with psi_c (B, T, S) of eq. 8
+
+    def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
+        """log p(y_t) of eq. 4-6 at every step (B, T); psi_g(y_t) from W_o's row of y_t (project_gold)."""
+        gen_gold = self.project_gold(view["s"], self.w_o, target)  # (B, T) psi_g(y_t), or None: gather
+        return gold_log_probs(
+            scores.gen,
+            scores.gen_shift,
+            scores.copy,
+            scores.copy_shift,
+            view["src_ext"],
+            view["src_mask"],
+            target,
+            gen_gold,
+        )
 
     def step_updates(self, scores: Scores) -> State:
         copy_logp = scores.copy_log_probs().squeeze(1)  # (B, S) log p(x_j, c | s_t)

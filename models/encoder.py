@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from models.bigru import bigru
 from models.rnn import run_rnn
 
 
@@ -30,10 +31,17 @@ class BiGRUEncoder(nn.Module):
         """embedded (B, S, E), lengths (B,) -> memory (B, S, 2H), summary (B, 2H).
 
         summary = [last forward state; first backward state], the fixed-length code of Enc-Dec.
+        On the CPU ``models.bigru`` computes it (the same function and parameters, a faster backward
+        pass); elsewhere ``nn.GRU`` over the packed batch (cuDNN on a GPU).
         """
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_n = run_rnn(self.rnn, packed)  # h_n: (2, B, H)
-        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=embedded.size(1))  # (B, S, 2H)
+        if embedded.device.type == "cpu":
+            with torch.autocast("cpu", enabled=False):  # at least float32, as run_rnn keeps recurrent layers
+                x = embedded.float() if embedded.dtype in (torch.bfloat16, torch.float16) else embedded
+                memory, h_n = bigru(self.rnn, x, lengths)  # (B, S, 2H), (2, B, H)
+        else:
+            packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            out, h_n = run_rnn(self.rnn, packed)  # h_n: (2, B, H)
+            memory, _ = pad_packed_sequence(out, batch_first=True, total_length=embedded.size(1))  # (B, S, 2H)
         summary = torch.cat([h_n[0], h_n[1]], dim=-1)  # (B, 2H)
         return memory, summary
 

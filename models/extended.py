@@ -40,12 +40,43 @@ def scatter_logsumexp(scores: torch.Tensor, index: torch.Tensor, size: int) -> t
     return shift + summed.clamp_min(1.0).log()
 
 
+class _LogSumExp(torch.autograd.Function):
+    """log sum exp over the last dimension, keeping the forward pass's exponentials for the backward.
+
+    Why by hand: ``torch.logsumexp`` saves its input and recomputes exp(x - lse) in the backward pass
+    (a subtraction, an exp and a product, each a pass over the (..., V) scores with a new tensor);
+    over a vocabulary those passes cost as much as a third of the output layer's matrix products
+    (benchmarks/bench_training.py). Here the exponentials exp(x - max) the forward pass computes
+    anyway are kept (in place of the input, which is then free) and the gradient is one product,
+    softmax(x) * g = exp(x - max) * (g / sum)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        shift = x.amax(-1, keepdim=True)  # (..., 1)
+        shift = shift.masked_fill(~torch.isfinite(shift), 0.0)  # a row of -inf: no NaN from inf - inf
+        e = torch.sub(x, shift).exp_()  # (..., V)
+        total = e.sum(-1, keepdim=True)  # (..., 1)
+        ctx.save_for_backward(e, total)
+        return total.log() + shift
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        e, total = ctx.saved_tensors
+        return e * (grad / total)  # (..., V) softmax(x) * grad
+
+
+def logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """log sum_v exp(x_v) over the last dimension, (..., 1), with a one-product backward pass
+    (:class:`_LogSumExp`); the same value as ``torch.logsumexp(x, -1, keepdim=True)``."""
+    return _LogSumExp.apply(x)
+
+
 def shared_normaliser(gen_scores: torch.Tensor, copy_scores: torch.Tensor) -> torch.Tensor:
     """log Z of CopyNet eq. 4: log(sum_v exp(psi_g(v)) + sum_j exp(psi_c(x_j))), (..., 1).
 
     gen_scores (..., V), copy_scores (..., S); computed as a logaddexp of the two logsumexps, so the
     (..., V + S) concatenation is never built."""
-    return torch.logaddexp(gen_scores.logsumexp(-1, keepdim=True), copy_scores.logsumexp(-1, keepdim=True))
+    return torch.logaddexp(logsumexp(gen_scores), copy_scores.logsumexp(-1, keepdim=True))
 
 
 def mix_scores(
@@ -84,16 +115,47 @@ def extended_log_probs(
     gen (B, ..., V), copy (B, ..., S) or None (a layer that cannot copy), shifts (B, ..., 1) (gen_shift
     None: 0),
     src_ext (B, S). A word outside V has no generate term; a word outside the source no copy term.
+
+    The copy term touches only the source words' S columns: each position's word gets the copy
+    mass of every position holding that word (a logsumexp over an (S, S) word-equality mask, CopyNet
+    eq. 6's sum), meets its generate term in a logaddexp, and is written back to the word's column
+    (positions of one word compute and write the same value). So building the distribution costs
+    one pass over the (..., V + X) scores, the generate term, whatever the mechanism; a scatter of
+    the copy mass into a (..., V + X) tensor would cost several (search runs this every step).
     """
-    log_probs = pad_extended(gen, n_ext)  # (..., V + X)
-    if gen_shift is not None:
-        log_probs = log_probs + gen_shift
+    vocab = gen.size(-1)
+    # A mixture weight of exactly 0 (a switch saturated to +-inf) gives a shift of -inf; floored at NEG,
+    # its words keep a finite log-probability (no log 0 anywhere), NEG + score: probability 0.
+    gen_shift = None if gen_shift is None else gen_shift.clamp_min(NEG)
+    copy_shift = None if copy_shift is None else copy_shift.clamp_min(NEG)
+    tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (gen, gen_shift))
+    if n_ext == 0:
+        log_probs = gen.clone() if gen_shift is None else gen + gen_shift  # (..., V)
+    elif tracked:  # autograd (stepwise teacher forcing, tests): out= below is not differentiable
+        log_probs = pad_extended(gen if gen_shift is None else gen + gen_shift, n_ext)  # (..., V + X)
+    else:
+        log_probs = gen.new_empty((*gen.shape[:-1], vocab + n_ext))  # (..., V + X)
+        if gen_shift is None:
+            log_probs[..., :vocab] = gen
+        else:
+            torch.add(gen, gen_shift, out=log_probs[..., :vocab])
+        log_probs[..., vocab:] = NEG
     if copy is None:
         return log_probs
-    size = log_probs.size(-1)
-    flat_index = _per_source(src_ext, copy).reshape(-1, copy.size(-1))  # (N, S)
-    copy_ext = scatter_logsumexp(copy.reshape(-1, copy.size(-1)), flat_index, size).view(log_probs.shape)
-    return torch.logaddexp(log_probs, copy_ext + copy_shift)
+    index = _per_source(src_ext, copy)  # (B, ..., S) the word (extended id) at each source position
+    same = (src_ext.unsqueeze(2) == src_ext.unsqueeze(1)).view(
+        src_ext.size(0), *([1] * (copy.dim() - 2)), src_ext.size(1), src_ext.size(1)
+    )  # (B, 1.., S, S): positions j and k hold the same word
+    word_copy = copy.unsqueeze(-2).masked_fill(~same, NEG).logsumexp(-1)  # (B, ..., S) per position's word
+    merged = torch.logaddexp(log_probs.gather(-1, index), word_copy + copy_shift)  # (B, ..., S)
+    if not tracked:
+        return log_probs.scatter_(-1, index, merged)
+    # Under autograd: scatter's backward hands the word's gradient to every position written to it,
+    # so only a word's first position may carry it (the others write the same value, detached); and
+    # gather's backward reads log_probs, so no in-place write.
+    earlier = torch.ones(same.shape[-2:], dtype=torch.bool, device=same.device).tril(-1)  # (S, S): k < j
+    first = ~(same & earlier).any(-1)  # (B, 1.., S): no earlier position holds the word
+    return log_probs.scatter(-1, index, torch.where(first, merged, merged.detach()))
 
 
 def gold_log_probs(
@@ -104,15 +166,19 @@ def gold_log_probs(
     src_ext: torch.Tensor,
     src_mask: torch.Tensor,
     target: torch.Tensor,
+    gen_gold: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``extended_log_probs(...)`` read at the gold ids only, without building it: (B, ...) for
     target (B, ...) extended ids; gen (B, ..., V), copy (B, ..., S), src_ext / src_mask (B, S).
 
-    The generate term is a gather; the copy term a logsumexp over the source positions holding the
-    gold word (NEG when there is none), so the cost is O(V + S) per token, with no scatter.
+    The generate term is a gather (or ``gen_gold``, the caller's gen[min(target, V - 1)] computed
+    without reading gen: ``OutputLayer.project_gold``); the copy term a logsumexp over the source
+    positions holding the gold word (NEG when there is none), so the cost is O(V + S) per token, with
+    no scatter.
     """
     vocab = gen.size(-1)
-    gen_gold = gen.gather(-1, target.clamp(max=vocab - 1).unsqueeze(-1)).squeeze(-1)
+    if gen_gold is None:
+        gen_gold = gen.gather(-1, target.clamp(max=vocab - 1).unsqueeze(-1)).squeeze(-1)
     gen_gold = gen_gold.masked_fill(target >= vocab, NEG)  # a source OOV: no generate term
     if gen_shift is not None:
         gen_gold = gen_gold + gen_shift.squeeze(-1)

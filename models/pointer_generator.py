@@ -35,7 +35,7 @@ from torch.nn import functional as F
 
 from models.attention import BahdanauAttention
 from models.config import ModelConfig, parse_options
-from models.extended import NEG
+from models.extended import NEG, extended_log_probs, gold_log_probs, logsumexp
 from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 from models.transformer_decoder import recurrent_or_transformer
 
@@ -103,7 +103,8 @@ class PointerGeneratorOutput(OutputLayer):
 
     def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         # float32 even under autocast: logsumexp/scatter of the mixture must not be quantised to bf16.
-        logits = self.project(self.proj(torch.cat([s, context], dim=-1)), self.vocab)  # (B, T, V)
+        hidden = self.proj(torch.cat([s, context], dim=-1))  # (B, T, H) V[s_t; h*_t] + b of eq. 4
+        logits = self.project(hidden, self.vocab)  # (B, T, V)
         gate = at_least_fp32(self.gate(torch.cat([context, s, view["x"]], dim=-1)))  # (B, T, 1), eq. 8
         log_gen, log_copy = F.logsigmoid(gate), F.logsigmoid(-gate)  # log p_gen, log(1 - p_gen)
         attn = at_least_fp32(view["attn"])  # (B, T, S) a^t, exactly 0 at padding
@@ -113,8 +114,19 @@ class PointerGeneratorOutput(OutputLayer):
         if self.coverage:
             # covloss_t = sum_i min(a_i^t, c_i^t), c^t = sum of the previous steps' attention (eq. 12)
             parts["covloss"] = torch.minimum(attn, at_least_fp32(view["coverage"])).sum(dim=-1)  # (B, T)
-        # eq. 9: p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t, P_vocab = softmax of eq. 4
-        return Scores(torch.log_softmax(logits, dim=-1), log_gen, log_attn, log_copy, parts)
+        # eq. 9: p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t, P_vocab = softmax of eq. 4. ``gen``
+        # holds the logits, not yet normalised: search normalises them with one log-softmax (distribution),
+        # training reads them at the gold words only (sequence_gold), so there the (B, T, V) log-softmax
+        # is never written and the normaliser's backward pass is one product (models.extended.logsumexp).
+        parts["hidden"] = hidden
+        return Scores(logits, log_gen, log_attn, log_copy, parts)
+
+    def distribution(self, scores: Scores, view: State) -> torch.Tensor:
+        """eq. 9 over V + X: P_vocab = log_softmax of the logits (full precision for large logits)."""
+        log_vocab = torch.log_softmax(scores.gen, dim=-1)  # (B, T, V) log P_vocab
+        return extended_log_probs(
+            log_vocab, scores.gen_shift, scores.copy, scores.copy_shift, view.get("src_ext"), view["n_ext"]
+        )
 
     def step_updates(self, scores: Scores) -> State:
         updates = {
@@ -133,7 +145,17 @@ class PointerGeneratorOutput(OutputLayer):
 
     def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
         """-loss_t of eq. 13 for every step (B, T) when ``objective``, else log P(w*_t)."""
-        gold = super().sequence_gold(scores, view, target, batch, objective)  # (B, T)
+        gen_gold = self.project_gold(scores.parts["hidden"], self.vocab, target)  # (B, T) logit of w*_t, or None
+        gold = gold_log_probs(
+            scores.gen,
+            scores.gen_shift - logsumexp(scores.gen),  # log p_gen - log sum_w exp(logit_w): P_vocab's normaliser
+            scores.copy,
+            scores.copy_shift,
+            view["src_ext"],
+            view["src_mask"],
+            target,
+            gen_gold,
+        )  # (B, T) log P(w*_t)
         if objective and self.coverage:
             gold = gold - self.coverage_loss_weight * scores.parts["covloss"]
         return gold

@@ -192,6 +192,22 @@ class OutputLayer(nn.Module):
         bias = self.unemittable_bias(linear.out_features, linear.weight)
         return at_least_fp32(F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias))
 
+    def project_gold(self, x: torch.Tensor, linear: nn.Linear, target: torch.Tensor) -> torch.Tensor | None:
+        """``self.project(x, linear)`` at the ids ``target`` (clamped to V - 1), (B, T), computed from the
+        target words' rows of the weight (B*T dot products of size H) instead of read from the (B, T, V)
+        scores: then nothing but the normaliser reads those scores, and their gradient is one dense
+        tensor instead of the normaliser's plus a scattered one added to it (a pass and a zero-filled
+        (B, T, V) tensor saved per step). None under autocast, whose lower-precision product the
+        dot products would not reproduce: the caller then gathers from the scores."""
+        if torch.is_autocast_enabled(x.device.type):
+            return None
+        ids = target.clamp(max=linear.out_features - 1)  # (B, T)
+        bias = self.unemittable_bias(linear.out_features, linear.weight)
+        if linear.bias is not None:
+            bias = linear.bias + bias
+        rows = F.embedding(ids, linear.weight)  # (B, T, H) the target words' weight rows
+        return torch.einsum("bth,bth->bt", x, rows) + bias[ids]  # (B, T)
+
     def mask_unemittable(self, scores: torch.Tensor) -> torch.Tensor:
         """scores (..., V) with <pad>, <s> and words past the shortlist at NEG (see ``unemittable_bias``)."""
         return scores + self.unemittable_bias(scores.size(-1), scores)

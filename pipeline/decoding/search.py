@@ -121,12 +121,14 @@ def beam_search(
         if keep_attention and "attn" in state:
             attention.append(state["attn"].float())  # (B*K, S) a_t of each row
         log_probs = _block_ngrams(log_probs, history, block_ngram)
-        # A finished hypothesis continues only with <pad>, at no cost.
-        done_row = torch.full_like(log_probs, NEG)
-        done_row[:, PAD] = 0.0
-        log_probs = torch.where(finished.unsqueeze(1), done_row, log_probs)
+        # A finished hypothesis continues only with <pad>, at no cost. In place, on the finished rows
+        # only: a (B*K, V+X) mask and a where would be two more passes over the scores every step.
+        done = finished.nonzero().squeeze(1)  # (D,)
+        if done.numel():
+            log_probs.index_fill_(0, done, NEG)
+            log_probs[done, PAD] = 0.0
         vocab = log_probs.size(1)
-        total = (scores.unsqueeze(1) + log_probs).view(bsz, k * vocab)  # (B, K*V)
+        total = log_probs.add_(scores.unsqueeze(1)).view(bsz, k * vocab)  # (B, K*V), in place
         top_scores, top_idx = total.topk(k, dim=1)  # (B, K)
         origin = (base + top_idx // vocab).view(-1)  # (B*K,) source row of each survivor
         token = (top_idx % vocab).view(-1)  # (B*K,)
@@ -183,9 +185,11 @@ def greedy(
     deadline: float | None = None,
     stop: threading.Event | None = None,
     ban_unk: bool = False,
+    min_len: int = 0,
 ) -> list[Hypothesis]:
     """Argmax decoding; ``trace_keys`` records state tensors per step (e.g. 'copy_logp', 'attn');
-    ``deadline``/``stop`` as for :func:`beam_search`."""
+    ``deadline``/``stop`` as for :func:`beam_search`; ``min_len``: no </s> before that many tokens
+    (as :func:`beam_search`)."""
     check_interrupt(deadline, stop)
     device = batch.src.device
     state = model.encode(batch)
@@ -197,6 +201,8 @@ def greedy(
         check_interrupt(deadline, stop, t)
         log_probs, state = model.step(state, prev)
         log_probs = log_probs.float()
+        if t < min_len:
+            log_probs[:, EOS] = NEG
         if ban_unk:
             log_probs[:, UNK] = NEG
         best_lp, token = log_probs.max(dim=1)

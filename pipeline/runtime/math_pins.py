@@ -2,36 +2,51 @@
 
 A fixed thread count and deterministic algorithms (``train.threads``/``train.deterministic``) make a
 run repeat itself on one machine, not on another: PyTorch's own kernels (ATen), Intel MKL (matrix
-products; ``exp``/``log`` through MKL's VML) and oneDNN (the LSTM kernels) choose their code by the
-CPU they find (instruction set: SSE4, AVX2, AVX-512, AMX; and MKL by vendor too), and each code
-path sums in its own order. In a model far from convergence those last bits grow into points of
-accuracy. The pins, set in the environment before torch loads (each library reads them once):
+products; ``exp``/``log``/``tanh`` through MKL's VML) and oneDNN (the LSTM kernels) choose their code
+by the CPU they find (instruction set: SSE4, AVX2, AVX-512, AMX; and MKL by vendor too), and each
+code path sums in its own order. In a model far from convergence those last bits grow into points
+of accuracy. The pins, set in the environment before torch loads (each library reads them once):
 
   ``ATEN_CPU_CAPABILITY=avx2``   ATen's vectorised kernels (softmax, reductions, the normal RNG) at
                                  AVX2, which every x86-64 CPU of the last decade has
   ``ONEDNN_MAX_CPU_ISA=AVX2``    oneDNN (LSTM forward and backward) at most AVX2
-  ``MKL_CBWR=COMPATIBLE,STRICT`` MKL's Conditional Numerical Reproducibility on its ``COMPATIBLE``
-                                 branch (SSE2 without approximate reciprocals), the one branch MKL
-                                 documents as reproducible on Intel *and* non-Intel CPUs; ``STRICT``:
-                                 bitwise-reproducible matrix products whatever the alignment
+  ``MKL_CBWR=AVX2``              MKL's Conditional Numerical Reproducibility on its ``AVX2`` branch
+                                 (not ``STRICT``, below)
+  MKL's vendor check answered    MKL honours ``AVX2`` only where it believes the CPU is Intel's;
+                                 :mod:`pipeline.runtime.mkl_vendor` answers "Intel" in the process
+                                 (and its children), so every CPU with AVX2 runs that one branch
 
-Why not MKL's ``AVX2`` branch (a quarter of the cost, docs/training.md): MKL honours it on Intel
-CPUs only; on an AMD CPU it runs its own default path, whose ``exp``/``log`` (VML) give other bits
-than the AVX2 branch on an Intel CPU (measured with ``benchmarks/bench_math_pins.py``, which also
-simulates an Intel CPU on an AMD one). ``COMPATIBLE`` gives the same bits on both.
+Why not MKL's ``COMPATIBLE`` branch (the one MKL documents for Intel *and* non-Intel CPUs, pinned
+until issue 28): it is SSE2 code, 2.5-3x slower for the matrix products that dominate training
+(benchmarks/bench_math_pins.py), and it is no more vendor-neutral than the AVX2 branch for what the
+pipeline computes. What makes a branch give other bits on another vendor's CPU is an instruction
+whose result is implementation-defined (the approximate reciprocals ``rcpps``/``rsqrtps``); the
+AVX2-branch kernels the pipeline runs hold none, except VML's float ``sqrt``, which the pipeline
+does not call (``benchmarks/audit_math_kernels.py`` runs every mechanism under valgrind and
+disassembles what ran).
 
-What is promised, and tested (``tests/pipeline/runtime/test_math_pins.py``, which trains in processes that see other
-instruction sets and another CPU vendor): the same bits on every x86-64 CPU with AVX2, for the same
-code, the same pinned library versions (requirements-lock.txt) and the same thread count. Not
-promised: other architectures (ARM: other libraries), GPUs (other kernels; deterministic there means
-run to run on one GPU model), CPUs without AVX2 (the pins then cap nothing and the run says so).
+Why not ``STRICT`` (``MKL_CBWR=AVX2,STRICT``, pinned before issue 28): it makes MKL's products
+reproducible whatever the alignment of their arrays, at 2-3x the cost of a one-row product (the
+decoder's step on one sentence); the pipeline does not need it. Every tensor it hands MKL starts on
+a 64-byte boundary (PyTorch's CPU allocator) at an offset its shapes decide, so the alignment is
+the same on every machine; and no product was found to depend on it (900 random products at
+random misalignments, 1 and 2 threads: ``tests/pipeline/runtime/test_math_pins.py`` keeps checking
+a set of them).
+
+What is promised, and tested (``tests/pipeline/runtime/test_math_pins.py``: training in processes that
+see other instruction sets and another CPU vendor; fingerprints equal to the reference machine's):
+the same bits on every x86-64 CPU with AVX2, for the same code, the same pinned library versions
+(requirements-lock.txt) and the same thread count. Not promised: other architectures (ARM: other
+libraries), GPUs (other kernels; deterministic there means run to run on one GPU model), CPUs
+without AVX2 (the pins then cap nothing and the run says so).
 
 Which processes pin: every ``python -m flows.<stage>`` / ``python -m pipeline.<module>`` process
 and ``mlflow models serve``'s server pins at package import (:func:`pin_entry_point`), unless its
 ``deterministic`` settings are false (train stages: ``train.deterministic``; evaluate, ``predict``
 and serving: ``evaluate.deterministic``; the others: either). The pins are inherited by child
-processes (torchrun workers, ``dvc repro`` under the retraining flow). A process that imported
-torch before pinning is recorded as not pinned (:func:`math_state`), never silently claimed pinned.
+processes (torchrun workers, ``dvc repro`` under the retraining flow: the environment, and the
+vendor answer through ``LD_PRELOAD``). A process that imported torch before pinning is recorded as
+not pinned (:func:`math_state`), never silently claimed pinned.
 
 Stdlib and pyyaml only: this module must be importable before torch.
 """
@@ -47,11 +62,12 @@ from pathlib import Path
 
 from pipeline.config.params import load_params
 from pipeline.config.tasks import effective_params
+from pipeline.runtime import mkl_vendor
 
 PINS: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
-    "MKL_CBWR": "COMPATIBLE,STRICT",
+    "MKL_CBWR": "AVX2",
 }
 X86 = ("x86_64", "amd64", "i686", "i386")
 
@@ -67,16 +83,29 @@ _state: dict[str, str] = {}  # what pin_math_libraries did in this process (empt
 
 
 def pin_math_libraries(enabled: bool = True, reason: str = "") -> dict[str, str]:
-    """Set the pins in this process's environment (children inherit it) when ``enabled``, and
-    record what is in force: the pins count only when every one is set and torch was not loaded
-    before (its libraries read them once). Idempotent: the first call decides. Returns
-    :func:`math_state`."""
+    """Set the pins in this process's environment (children inherit it) and answer MKL's vendor
+    check (:mod:`pipeline.runtime.mkl_vendor`) when ``enabled``, and record what is in force: the pins
+    count only when every one is set, MKL will take its AVX2 branch (an Intel CPU, or the vendor
+    answered) and torch was not loaded before (its libraries read them once). Idempotent: the first
+    call decides. Returns :func:`math_state`."""
     if not _state:
+        x86 = platform.machine().lower() in X86
+        vendor_why = ""
         if enabled:
             os.environ.update(PINS)
             # Deterministic cuBLAS (a GPU) reads its workspace setting at the process's first call.
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            if x86 and "torch" not in sys.modules:
+                vendor_why = mkl_vendor.answer_intel()
         in_force = all(os.environ.get(key) == value for key, value in PINS.items())
+        intel_path = cpu_vendor() == "GenuineIntel" or (
+            "torch" not in sys.modules and mkl_vendor.intel_answer_in_force()
+        )
+        _state["mkl_intel_check"] = (
+            "native (Intel CPU)"
+            if cpu_vendor() == "GenuineIntel"
+            else ("answered: Intel" if intel_path else "not answered")
+        )
         if not in_force:
             _state.update(pinned="false", why=reason or ("" if enabled else "deterministic is false"))
         elif "torch" in sys.modules:
@@ -87,10 +116,21 @@ def pin_math_libraries(enabled: bool = True, reason: str = "") -> dict[str, str]
                 RuntimeWarning,
                 stacklevel=2,
             )
-        elif platform.machine().lower() not in X86:
+        elif not x86:
             _state.update(pinned="false", why=f"{platform.machine()} is not x86-64: the pins apply to x86-64 only")
-        elif "avx2" not in cpu_flags():
-            _state.update(pinned="partial", why="this CPU has no AVX2: its results differ from AVX2 machines'")
+        elif "avx2" not in cpu_flags() or "fma" not in cpu_flags():
+            _state.update(pinned="partial", why="this CPU has no AVX2 and FMA: its results differ from AVX2 machines'")
+        elif not intel_path:
+            _state.update(
+                pinned="false",
+                why=f"MKL would not take its AVX2 branch on this {cpu_vendor() or 'unknown'} CPU: "
+                + (vendor_why or "its vendor check was not answered"),
+            )
+            warnings.warn(
+                f"math libraries not pinned: {_state['why']}; this process's results may differ from other machines'",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         else:
             _state.update(pinned="true", why="" if enabled else "inherited from the parent process")
     return math_state()
@@ -98,11 +138,12 @@ def pin_math_libraries(enabled: bool = True, reason: str = "") -> dict[str, str]
 
 def math_state() -> dict[str, str]:
     """What decides this process's arithmetic, for the run's tags: the CPU, its instruction sets,
-    the pin variables in its environment and whether they are in force."""
+    the pin variables in its environment, MKL's vendor check and whether the pins are in force."""
     return {
         "cpu": cpu_model(),
         "cpu_isa": " ".join(f for f in ("avx2", "fma", "avx512f", "amx_tile") if f in cpu_flags()) or "none",
         "math_pins": " ".join(f"{k}={os.environ[k]}" for k in PINS if k in os.environ) or "none",
+        "mkl_intel_check": _state.get("mkl_intel_check", "not answered"),
         "math_pinned": _state.get("pinned", "false"),
         "math_pinned_why": _state.get("why", "pipeline.runtime.math_pins was not called in this process"),
     }
@@ -118,22 +159,21 @@ AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "A
 
 
 def other_vendor_library(workdir: Path) -> Path | None:
-    """A shared library that, LD_PRELOADed, makes MKL believe it runs on the other vendor's CPU (an
-    Intel CPU answers "not Intel" to MKL's vendor check, any other "Intel"), so MKL takes the code
-    paths it takes there; None without a C compiler. Two functions, built with the system's cc."""
-    import shutil
-    import subprocess
+    """A shared library that answers MKL's vendor check as the other vendor's CPU would (an Intel
+    CPU answers "not Intel", any other "Intel"); None without a C compiler. Loaded into a child
+    process *after* the pins (``ctypes.CDLL(..., RTLD_GLOBAL)`` before torch), it plays the CPU
+    under them: an unpinned process then takes the code paths MKL takes on that vendor's CPUs,
+    while a pinned one keeps the pins' own answer (loaded first, it wins), as on a real machine of
+    that vendor. (``LD_PRELOAD``-ed instead, it would override the pins, which no CPU can do.)"""
+    return mkl_vendor.build(0 if cpu_vendor() == "GenuineIntel" else 1, Path(workdir))
 
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
-    answer = 0 if "intel" in cpu_model().lower() else 1
-    src, lib = Path(workdir) / "other_vendor.c", Path(workdir) / "libother_vendor.so"
-    src.write_text(
-        f"int mkl_serv_intel_cpu_true(void) {{ return {answer}; }}\nint mkl_serv_intel_cpu(void) {{ return {answer}; }}\n"
-    )
-    done = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True)
-    return lib if done.returncode == 0 else None
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...), "" where unknown."""
+    for line in _cpuinfo_lines():
+        if line.lower().startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
+    return ""
 
 
 def cpu_model() -> str:

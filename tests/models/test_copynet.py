@@ -162,17 +162,13 @@ def test_mix_scores_gradients_finite_with_empty_slots() -> None:
     (log_probs.sum() + copy_logp.sum()).backward()
     for g in (gen.grad, copy.grad):
         assert g is not None and torch.isfinite(g).all()
-    # An empty slot's log-prob is constant minus log Z: its gradient is -p(v, g) and -p(x_j, c).
+    # An empty slot (no generate term: outside V; no copy term: no source position holds it) is
+    # log 0 written as the finite NEG: a constant, so nothing flows back from it (and nothing NaN).
     gen1, copy1 = _tensors(requires_grad=True)
     lp1, _ = mix_scores(gen1, copy1, SRC_EXT, N_EXT)
+    assert lp1[0, 7].item() == NEG
     lp1[0, 7].backward()
-    z = _hand_z(0)
-    for v in range(V):
-        want = -math.exp(GEN[0][v]) / z if GEN[0][v] > NEG / 2 else 0.0
-        assert gen1.grad[0, v].item() == pytest.approx(want, abs=1e-6), v
-    for j in range(4):
-        assert copy1.grad[0, j].item() == pytest.approx(-math.exp(COPY[0][j]) / z, abs=1e-6), j
-    assert copy1.grad[0, 4].item() == 0.0 and gen1.grad[1].abs().max().item() == 0.0
+    assert gen1.grad.abs().max().item() == 0.0 and copy1.grad.abs().max().item() == 0.0
     # Analytic gradient of -log p(OOV1) w.r.t. each copy score: q_j - [x_j = OOV1] q_j / p(OOV1),
     # with q_j = p(x_j, c) = exp(psi_c(x_j)) / Z.
     gen2, copy2 = _tensors(requires_grad=True)

@@ -80,6 +80,8 @@ def test_min_len_blocks_eos(name: str) -> None:
         assert hyps[0].ids[min_len] == EOS and len(hyps[0].ids) == min_len + 1
     g = greedy(model, _batch(), max_len=8)
     assert all(h.ids == [EOS] for h in g)
+    g = greedy(model, _batch(), max_len=8, min_len=min_len)  # greedy's min_len, as beam search's
+    assert all(EOS not in h.ids[:min_len] and h.ids[min_len] == EOS and len(h.ids) == min_len + 1 for h in g)
 
 
 def _repeats_bigram(ids: list[int]) -> bool:
