@@ -33,9 +33,10 @@ search runs it, and "two-phase" the one parallel pass (CopyNet's teacher forcing
 its selective read feeds each step's copy scores to the next, docs/design.md).
 
 ``--math-pins compare``: the cost of pipeline.runtime.math_pins. The same measurement in four fresh
-processes, alternately without and with the pins in their environment (off, on, off, on: the
-libraries read them once, at load), each process timing every mechanism; then each mechanism's
-two-phase tokens/s without and with the pins (the mean of its two processes) and their ratio.
+processes, alternately without and with the pins (off, on, off, on: the variables in their
+environment and MKL's vendor answer preloaded, as a stage process has them; the libraries read
+them once, at load), each process timing every mechanism; then each mechanism's two-phase tokens/s
+without and with the pins (the mean of its two processes) and their ratio.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from benchmarks.decoders import rows as decoder_rows  # noqa: E402
 from benchmarks.gigaword_shaped import sample_pairs, words  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.registry import MECHANISMS, build_model  # noqa: E402
+from pipeline.runtime import mkl_vendor  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
 from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
 from pipeline.vocab.batching import collate  # noqa: E402
@@ -110,10 +112,13 @@ def compare_math_pins(argv: list[str], args: argparse.Namespace) -> None:
     rest = [a for i, a in enumerate(argv) if a != "--math-pins" and (i == 0 or argv[i - 1] != "--math-pins")]
     rates: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        vendor_answer = mkl_vendor.build(1)  # the pins' answer to MKL's vendor check (math_pins)
+        if vendor_answer is None:
+            raise SystemExit("--math-pins compare needs a C compiler (cc) to build MKL's vendor answer")
         for i, pinned in enumerate((False, True, False, True)):
-            env = {k: v for k, v in os.environ.items() if k not in PINS}
-            if pinned:
-                env.update(PINS)
+            env = {k: v for k, v in os.environ.items() if k not in {*PINS, "LD_PRELOAD"}}
+            if pinned:  # as a pinned stage process: the variables, and the answer loaded before torch
+                env.update(PINS, LD_PRELOAD=str(vendor_answer))
             out = Path(tmp) / f"{i}.json"
             subprocess.run([sys.executable, __file__, *rest, "--json", str(out)], env=env, check=True)
             for row in json.loads(out.read_text())["results"]:

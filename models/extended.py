@@ -52,8 +52,7 @@ class _LogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        shift = x.amax(-1, keepdim=True)  # (..., 1)
-        shift = shift.masked_fill(~torch.isfinite(shift), 0.0)  # a row of -inf: no NaN from inf - inf
+        shift = x.amax(-1, keepdim=True).clamp_min(NEG)  # (..., 1); a row of -inf: no NaN from inf - inf
         e = torch.sub(x, shift).exp_()  # (..., V)
         total = e.sum(-1, keepdim=True)  # (..., 1)
         ctx.save_for_backward(e, total)
@@ -107,6 +106,7 @@ def extended_log_probs(
     copy_shift: torch.Tensor | None,
     src_ext: torch.Tensor | None,
     n_ext: int,
+    same: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The whole distribution over V + X, (..., V + n_ext), of
     log p(w) = logaddexp(gen_shift + gen[w], copy_shift + logsumexp_{j: x_j = w} copy[j]),
@@ -114,7 +114,9 @@ def extended_log_probs(
 
     gen (B, ..., V), copy (B, ..., S) or None (a layer that cannot copy), shifts (B, ..., 1) (gen_shift
     None: 0),
-    src_ext (B, S). A word outside V has no generate term; a word outside the source no copy term.
+    src_ext (B, S); ``same`` (B, S, S): ``src_ext[:, j] == src_ext[:, k]``, when the caller keeps it
+    (``Seq2Seq.encode`` does, per source), else computed here. A word outside V has no generate term;
+    a word outside the source no copy term.
 
     The copy term touches only the source words' S columns: each position's word gets the copy
     mass of every position holding that word (a logsumexp over an (S, S) word-equality mask, CopyNet
@@ -143,9 +145,10 @@ def extended_log_probs(
     if copy is None:
         return log_probs
     index = _per_source(src_ext, copy)  # (B, ..., S) the word (extended id) at each source position
-    same = (src_ext.unsqueeze(2) == src_ext.unsqueeze(1)).view(
-        src_ext.size(0), *([1] * (copy.dim() - 2)), src_ext.size(1), src_ext.size(1)
-    )  # (B, 1.., S, S): positions j and k hold the same word
+    if same is None:
+        same = src_ext.unsqueeze(2) == src_ext.unsqueeze(1)  # (B, S, S)
+    same = same.view(src_ext.size(0), *([1] * (copy.dim() - 2)), src_ext.size(1), src_ext.size(1))
+    # (B, 1.., S, S): positions j and k hold the same word
     word_copy = copy.unsqueeze(-2).masked_fill(~same, NEG).logsumexp(-1)  # (B, ..., S) per position's word
     merged = torch.logaddexp(log_probs.gather(-1, index), word_copy + copy_shift)  # (B, ..., S)
     if not tracked:

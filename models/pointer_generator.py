@@ -125,7 +125,13 @@ class PointerGeneratorOutput(OutputLayer):
         """eq. 9 over V + X: P_vocab = log_softmax of the logits (full precision for large logits)."""
         log_vocab = torch.log_softmax(scores.gen, dim=-1)  # (B, T, V) log P_vocab
         return extended_log_probs(
-            log_vocab, scores.gen_shift, scores.copy, scores.copy_shift, view.get("src_ext"), view["n_ext"]
+            log_vocab,
+            scores.gen_shift,
+            scores.copy,
+            scores.copy_shift,
+            view.get("src_ext"),
+            view["n_ext"],
+            view.get("src_same"),
         )
 
     def step_updates(self, scores: Scores) -> State:
