@@ -35,13 +35,14 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from pipeline.config.validation import InputError
 from pipeline.data.corpora.keyset import KeySet
 from pipeline.io.shards import ShardWriter
 
 WRITE_CHUNK = 10_000  # rows handed to the shard writer at once
 
 
-class CorpusFormatError(ValueError):
+class CorpusFormatError(InputError):
     """A malformed input *file* (not a single bad record): the message names file and line."""
 
     def __init__(self, path: str | Path, line: int | None, what: str) -> None:

@@ -149,6 +149,14 @@ def _indices(path: Path, columns: Columns, names: Sequence[str] | None, n_fields
         missing = [c for c in wanted if not isinstance(c, str) or c not in names]
         if missing:
             raise _not_found(path, 1, missing, names)
+        twice = [c for c in wanted if list(names).count(c) > 1]
+        if twice:
+            fields = [i for i, n in enumerate(names) if n == twice[0]]
+            raise CorpusFormatError(
+                path,
+                1,
+                f"the header names column {twice[0]!r} {len(fields)} times (fields {fields}, 0-based): rename one",
+            )
         return [list(names).index(c) for c in wanted]
     bad = [c for c in wanted if not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < (n_fields or 0)]
     if bad:
