@@ -266,12 +266,17 @@ def validate(params: dict, name: str, root: Path, task_status: Callable[[dict, s
     try:
         parallel.Config.from_dict(resolve_paths(settings, root / params["tasks"][name], root))
         check_subword(subword)
-        effective_params(params, name)
-        for mechanism in params.get("mechanisms") or []:
+        where = f"task_settings.{name}.evaluate"
+        evaluate = effective_params(params, name)["evaluate"]
+        check_decoding(evaluate, where)
+        check_serving(evaluate, params.get("serving"), where)
+        for mechanism in params.get("mechanisms") or []:  # a mechanism's own overrides (task_settings, variants)
             evaluate = effective_params(params, name, mechanism)["evaluate"]
-            where = f"task_settings.{name}.evaluate (for {resolve(params, mechanism).name})"
-            check_decoding(evaluate, where)
-            check_serving(evaluate, params.get("serving"), where)
+            try:
+                check_decoding(evaluate, where)
+                check_serving(evaluate, params.get("serving"), where)
+            except SettingsError as err:
+                raise SettingsError(f"{err} (as {resolve(params, mechanism).name} is evaluated)") from err
     except (ValueError, KeyError) as err:
         raise AddTaskError(f"the settings are not valid: {err}") from err
     status = task_status(params, name, root)

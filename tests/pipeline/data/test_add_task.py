@@ -4,6 +4,8 @@ writes, params.yaml's comments and layout kept, the task ``ready`` and prepared,
 from __future__ import annotations
 
 import difflib
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import yaml
 
 from pipeline.data import tasks
 from pipeline.data.add_task import METRICS
+from pipeline.data.corpora.common import EmptySplitError
 from pipeline.data.prepare import prepare_job, write_job
 from pipeline.io.parallel import serial_map
 from pipeline.metrics.registry import TEXT_METRICS
@@ -154,3 +157,115 @@ def test_files_beside_the_outputs_or_outside_the_project_are_refused(project, tm
     with pytest.raises(SystemExit):
         add(*argv)
     assert "is outside the project" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- #
+# Hostile and careless input (docs/guarantees.md, "Your own data"): one message, exit 2, nothing written
+# --------------------------------------------------------------------------- #
+
+FILE_ARGS = ["--file", "data/raw/qa/all.tsv", "--valid-fraction", "0.2", "--test-fraction", "0.2",
+             "--src-col", "question", "--tgt-col", "answer"]  # fmt: skip
+
+
+@pytest.fixture
+def qa(project) -> Path:
+    """data/raw/qa/all.tsv: 40 pairs with a header, and dup.tsv, whose header names 'q' twice."""
+    raw = project / "data" / "raw" / "qa"
+    raw.mkdir(parents=True)
+    rows = [f"question {i} x\tanswer {i}" for i in range(40)]
+    (raw / "all.tsv").write_text("question\tanswer\n" + "\n".join(rows) + "\n")
+    (raw / "dup.tsv").write_text("q\tq\tanswer\n" + "\n".join(f"a {i}\tb {i}\tc {i}" for i in range(40)) + "\n")
+    (project / "data" / "shards" / "qa").mkdir(parents=True)
+    shutil.copy(raw / "all.tsv", project / "data" / "shards" / "qa" / "all.tsv")
+    return project
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["qa", *FILE_ARGS, "--max-len", "0"], "task_settings.qa.evaluate.max_len must be an integer >= 1, got 0"),
+        (["qa", *FILE_ARGS, "--max-len", "-5"], "task_settings.qa.evaluate.max_len must be an integer >= 1, got -5"),
+        (["qa", *FILE_ARGS, "--max-len", "300"], "max_len=300 is over the serving limit serving.max_output_len=200"),
+        (["qa", *FILE_ARGS, "--subword", "-3"], "--subword.vocab_size must be an integer >= 260, got -3"),
+        (["qa", *FILE_ARGS, "--subword", "0"], "--subword.vocab_size must be an integer >= 260, got 0"),
+        (["qa", *FILE_ARGS, "--delimiter", "ab"], "--delimiter 'ab': one character, for tsv/csv files"),
+        (["qa", *FILE_ARGS[:1], "data/shards/qa/all.tsv", *FILE_ARGS[2:]], "lies in a folder the pipeline writes"),
+        (
+            ["qa", *FILE_ARGS[:2], "--valid-fraction", "0.001", *FILE_ARGS[4:]],
+            "--valid-fraction 0.001 of the 40 records of all.tsv selects about 0.04 records",
+        ),
+        (
+            ["qa", "--file", "data/raw/qa/dup.tsv", *FILE_ARGS[2:6], "--src-col", "q", "--tgt-col", "answer"],
+            "dup.tsv: the header names column 'q' 2 times",
+        ),
+        (["a" * 302, *FILE_ARGS], "task name of 302 characters: at most 64"),
+        (["qa", *FILE_ARGS, "--train", "data/raw/qa/all.tsv"], "give --train or --file, not both"),
+    ],
+    ids=[
+        "max_len_0",
+        "max_len_negative",
+        "max_len_over_serving",
+        "subword_negative",
+        "subword_0",
+        "delimiter",
+        "file_in_outputs",
+        "fraction_too_small",
+        "header_twice",
+        "long_name",
+        "train_and_file",
+    ],  # fmt: skip
+)
+def test_careless_values_are_refused_before_anything_is_written(qa, capsys, argv, message):
+    before = (qa / "params.yaml").read_text()
+    with pytest.raises(SystemExit) as exit_:
+        add(*argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.startswith("error: ") and err.count("\n") == 1  # one line: no usage block, no traceback
+    assert (qa / "params.yaml").read_text() == before
+
+
+@pytest.mark.parametrize("inline", ["tasks: {}", "tasks: {copy_rules: pipeline/data/corpora/copynet_rules.py}"])
+def test_an_inline_tasks_block_is_rewritten_as_a_block_and_the_task_added(qa, capsys, inline):
+    text = (qa / "params.yaml").read_text()
+    text = re.sub(r"^tasks:\n(?:[ \t#][^\n]*\n)*", inline + "\n", text, count=1, flags=re.M)
+    (qa / "params.yaml").write_text(text)
+    before = yaml.safe_load(text)
+    assert add("qa", *FILE_ARGS) == 0
+    after = yaml.safe_load((qa / "params.yaml").read_text())
+    assert after["tasks"] == {**before["tasks"], "qa": "data/raw/qa/all.tsv"}
+    assert after["prepare"]["qa"]["reader"] == "parallel"
+    assert {k: v for k, v in after.items() if k not in ("tasks", "prepare", "task_settings")} == {
+        k: v for k, v in before.items() if k not in ("tasks", "prepare", "task_settings")
+    }
+
+
+def test_a_fraction_that_selects_nothing_says_so_in_the_prepare_stage(qa):
+    """A fraction whose expected count is over one may still select no record (a hash split): the
+    prepare stage names the fraction and the record count, not "no record reached it"."""
+    assert add("qa", *FILE_ARGS) == 0
+    params = yaml.safe_load((qa / "params.yaml").read_text())
+    params["prepare"]["qa"]["valid_fraction"] = 0.025  # 40 records: 1 expected; the hash selects none
+    (qa / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(EmptySplitError, match="valid_fraction 0.025 of the train file's 40 records selected none"):
+        write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
+    assert not (qa / "data" / "shards" / "qa" / "train").exists()
+    assert [p.name for p in (qa / "data" / "shards").iterdir()] == ["qa"]  # no scratch left beside it
+
+
+def test_the_same_data_prepared_in_two_checkouts_gives_the_same_bytes(qa, tmp_path_factory):
+    """Nothing DVC hashes names the checkout's folder: the outputs of prepare (and so their dvc.lock
+    hashes, which are hashes of these bytes) are equal in two checkouts in different folders."""
+    assert add("qa", *FILE_ARGS, "--subword", "300") == 0
+    other = tmp_path_factory.mktemp("elsewhere") / "another" / "checkout"
+    shutil.copytree(qa, other)
+    outputs = []
+    for root in (qa, other):
+        write_job(prepare_job("qa", str(root / "params.yaml")), serial_map)
+        shards = root / "data" / "shards" / "qa"
+        outputs.append({str(p.relative_to(shards)): p.read_bytes() for p in sorted(shards.rglob("*")) if p.is_file()})
+    assert outputs[0] == outputs[1]
+    manifest = json.loads(outputs[0]["train/manifest.json"])
+    assert manifest["params"]["input_params"]["train_file"] == "data/raw/qa/all.tsv"
+    assert str(qa) not in json.dumps(manifest) and str(other) not in json.dumps(manifest)
