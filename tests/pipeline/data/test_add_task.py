@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -269,3 +274,106 @@ def test_the_same_data_prepared_in_two_checkouts_gives_the_same_bytes(qa, tmp_pa
     manifest = json.loads(outputs[0]["train/manifest.json"])
     assert manifest["params"]["input_params"]["train_file"] == "data/raw/qa/all.tsv"
     assert str(qa) not in json.dumps(manifest) and str(other) not in json.dumps(manifest)
+
+
+KILLED_PREPARE = """
+import sys, time
+from pathlib import Path
+from pipeline.data.prepare import prepare_job, write_job
+from pipeline.io.parallel import ProcessMap, serial_map
+
+params, pool, flag = sys.argv[1], sys.argv[2] == "pool", Path(sys.argv[3])
+
+def stalling(map_chunks):  # the third chunk never comes back: the parent kills us there
+    def run(fn, chunks):
+        for i, result in enumerate(map_chunks(fn, chunks)):
+            if i == 2:
+                flag.touch()
+                time.sleep(600)
+            yield result
+    return run
+
+with ProcessMap(2 if pool else 1) as pool_map:
+    write_job(prepare_job("qa", params), stalling(pool_map))
+"""
+
+
+@pytest.mark.parametrize("route", ["fractions-serial", "fractions-pool", "files-pool"])
+def test_a_prepare_killed_with_sigkill_leaves_nothing_behind_after_the_next_run(qa, tmp_path, route):
+    """prepare killed with SIGKILL mid-way (hash split: while spilling; files: while writing splits),
+    in-process or with a process pool: its pool workers die with it, and the next run removes its
+    scratch and temporary directories and writes the same output as a run never interrupted."""
+    raw = qa / "data" / "raw" / "qa"
+    rows = [f"question {i} x\tanswer {i}" for i in range(300)]
+    (raw / "all.tsv").write_text("question\tanswer\n" + "\n".join(rows) + "\n")
+    shutil.rmtree(qa / "data" / "shards")
+    if route.startswith("files"):
+        for split, part in (("train", rows[:200]), ("valid", rows[200:250]), ("test", rows[250:])):
+            (raw / f"{split}.tsv").write_text("question\tanswer\n" + "\n".join(part) + "\n")
+        argv = [
+            "--train",
+            "data/raw/qa/train.tsv",
+            "--valid",
+            "data/raw/qa/valid.tsv",
+            "--test",
+            "data/raw/qa/test.tsv",
+        ]
+        assert add("qa", *argv, *FILE_ARGS[6:]) == 0
+    else:
+        assert add("qa", *FILE_ARGS) == 0
+    params = yaml.safe_load((qa / "params.yaml").read_text())
+    params["prepare"]["qa"]["chunk_size"] = 10
+    (qa / "params.yaml").write_text(yaml.safe_dump(params))
+    clean = tmp_path / "clean"
+    shutil.copytree(qa, clean, ignore=shutil.ignore_patterns("shards"))
+    write_job(prepare_job("qa", str(clean / "params.yaml")), serial_map)
+
+    flag = tmp_path / "stalled"
+    pool = "pool" if route.endswith("pool") else "serial"
+    script = [sys.executable, "-c", KILLED_PREPARE, str(qa / "params.yaml"), pool, str(flag)]
+    proc = subprocess.Popen(script, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the prepare ended before it stalled"
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = sorted(p.name for p in (qa / "data" / "shards").rglob(".*"))
+    assert left, "the killed run left no scratch: the precondition of this test"
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if _alive(pid)], "pool workers outlived the killed prepare"
+
+    write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
+    assert not list((qa / "data" / "shards").rglob(".*"))  # the killed run's scratch: gone
+    shards, again = clean / "data" / "shards" / "qa", qa / "data" / "shards" / "qa"
+    files = sorted(p.relative_to(shards) for p in shards.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    assert all((shards / f).read_bytes() == (again / f).read_bytes() for f in files)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
