@@ -465,7 +465,7 @@ def spill_train_file(
     cfg: Config, scratch: Path, stats: dict[str, SplitStats], map_chunks: Callable, counts: Counter | None = None
 ) -> dict[str, Path]:
     """One pass over the train file: each chunk's items spilled to its split's scratch file (how many
-    went to each split added to ``counts``)."""
+    rows went to each split added to ``counts``, quarantined records under ``quarantined:<reason>``)."""
     counts = Counter() if counts is None else counts
     splits = ["train", *cfg.hashed()]
     paths = {s: scratch / f"{s}.pkl" for s in splits}
@@ -478,7 +478,7 @@ def spill_train_file(
             for item, item_counts, bucket in result:
                 split = assign_split(cfg, bucket)
                 _count(stats[split], item_counts)
-                counts[split] += 1
+                counts[split if bucket is not None else f"quarantined:{item.reason}"] += 1
                 pairs.append((split, item))
             spill_by_split(pairs, handles)
     finally:
@@ -505,9 +505,16 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     with scratch_dir(out_root.parent, f".{out_root.name}.spill-") as scratch:  # a killed run's: removed here
         counts: Counter = Counter()
         spilled = spill_train_file(cfg, scratch, stats, map_chunks, counts)
-        empty = [s for s in cfg.hashed() if not counts[s]]
-        if empty and sum(counts.values()):
-            raise EmptySplitError(empty[0], sources[empty[0]], _fraction_selected_none(cfg, empty[0], counts))
+        rows = {s: counts[s] for s in ["train", *cfg.hashed()]}
+        if not sum(rows.values()):  # every record of the file quarantined: say so, not "no record reached valid"
+            reasons = ", ".join(f"{k.split(':', 1)[1]} {n}" for k, n in sorted(counts.items()) if n)
+            what = f"no split would have rows: every record of the train file was quarantined ({reasons or 'none'})"
+            if reasons.startswith("invalid_utf8") and "," not in reasons:
+                what += ": the file is not UTF-8 (Latin-1? convert it, e.g. iconv -f LATIN1 -t UTF-8)"
+            raise EmptySplitError("train", sources["train"], what)
+        empty = [s for s in cfg.hashed() if not rows[s]]
+        if empty:
+            raise EmptySplitError(empty[0], sources[empty[0]], _fraction_selected_none(cfg, empty[0], rows))
         streams = {
             s: spill_stream(spilled[s]) if s in spilled else file_stream(cfg, s, stats[s], map_chunks) for s in splits
         }
