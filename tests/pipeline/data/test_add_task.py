@@ -298,11 +298,11 @@ with ProcessMap(2 if pool else 1) as pool_map:
 """
 
 
-@pytest.mark.parametrize("route", ["fractions-serial", "fractions-pool", "files-pool"])
-def test_a_prepare_killed_with_sigkill_leaves_nothing_behind_after_the_next_run(qa, tmp_path, route):
-    """prepare killed with SIGKILL mid-way (hash split: while spilling; files: while writing splits),
-    in-process or with a process pool: its pool workers die with it, and the next run removes its
-    scratch and temporary directories and writes the same output as a run never interrupted."""
+def _stalled_prepare(qa: Path, tmp_path: Path, route: str, sig: int) -> tuple[Path, list[int], int]:
+    """Add task qa (300 pairs, chunks of 10; ``route``: one file carved by fractions, or a file per
+    split; serial or a pool of 2), prepare it in a clean copy uninterrupted, then in ``qa`` in a
+    process that stalls at its third chunk and gets ``sig`` there. Returns the clean copy, the
+    killed process's pool workers and its exit code."""
     raw = qa / "data" / "raw" / "qa"
     rows = [f"question {i} x\tanswer {i}" for i in range(300)]
     (raw / "all.tsv").write_text("question\tanswer\n" + "\n".join(rows) + "\n")
@@ -331,31 +331,57 @@ def test_a_prepare_killed_with_sigkill_leaves_nothing_behind_after_the_next_run(
     flag = tmp_path / "stalled"
     pool = "pool" if route.endswith("pool") else "serial"
     script = [sys.executable, "-c", KILLED_PREPARE, str(qa / "params.yaml"), pool, str(flag)]
-    proc = subprocess.Popen(script, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    proc = subprocess.Popen(
+        script, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 120
         while not flag.exists():
             assert proc.poll() is None and time.monotonic() < deadline, "the prepare ended before it stalled"
             time.sleep(0.05)
         workers = _children(proc.pid)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        os.kill(proc.pid, sig)
+        proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    left = sorted(p.name for p in (qa / "data" / "shards").rglob(".*"))
-    assert left, "the killed run left no scratch: the precondition of this test"
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in workers if _alive(pid)], "pool workers outlived the killed prepare"
+    assert not [pid for pid in workers if _alive(pid)], "pool workers outlived the prepare"
+    return clean, workers, proc.returncode
 
-    write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
-    assert not list((qa / "data" / "shards").rglob(".*"))  # the killed run's scratch: gone
+
+def _same_output(clean: Path, qa: Path) -> None:
     shards, again = clean / "data" / "shards" / "qa", qa / "data" / "shards" / "qa"
     files = sorted(p.relative_to(shards) for p in shards.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     assert all((shards / f).read_bytes() == (again / f).read_bytes() for f in files)
+
+
+@pytest.mark.parametrize("route", ["fractions-serial", "fractions-pool", "files-pool"])
+def test_a_prepare_killed_with_sigkill_leaves_nothing_behind_after_the_next_run(qa, tmp_path, route):
+    """prepare killed with SIGKILL mid-way (hash split: while spilling; files: while writing splits),
+    in-process or with a process pool: its pool workers die with it, and the next run removes its
+    scratch and temporary directories and writes the same output as a run never interrupted."""
+    clean, _, code = _stalled_prepare(qa, tmp_path, route, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert list((qa / "data" / "shards").rglob(".*")), "the killed run left no scratch: the precondition"
+    write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
+    assert not list((qa / "data" / "shards").rglob(".*"))  # the killed run's scratch: gone
+    _same_output(clean, qa)
+
+
+@pytest.mark.parametrize("route", ["fractions-pool", "files-pool"])
+def test_ctrl_c_in_prepare_leaves_nothing_behind(qa, tmp_path, route):
+    """Ctrl-C (SIGINT) mid-way: the run removes its own scratch and temporary directories, publishes
+    no split, and its workers end; the next run writes the same output as one never interrupted."""
+    clean, _, code = _stalled_prepare(qa, tmp_path, route, signal.SIGINT)
+    assert code != 0
+    shards = qa / "data" / "shards"
+    assert not list(shards.rglob(".*")) and not list(shards.rglob("manifest.json"))  # nothing left, nothing published
+    write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
+    _same_output(clean, qa)
 
 
 def _children(pid: int) -> list[int]:
