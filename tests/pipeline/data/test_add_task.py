@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.config.validation import SettingsError
 from pipeline.data import tasks
 from pipeline.data.add_task import METRICS
 from pipeline.data.corpora.common import EmptySplitError
@@ -403,3 +404,25 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        (8000, r"subword.vocab_size 8000 is too large for this train split: sentencepiece can make at most \d+ pieces"),
+        (260, r"subword.vocab_size 260 is smaller than the \d+ pieces sentencepiece must keep"),
+    ],
+)
+def test_a_subword_size_the_data_cannot_give_is_one_message_of_prepare(qa, size, message):
+    """What only the data can tell (40 pairs cannot make 8,000 pieces; their characters and the 256
+    byte pieces need more than 260): the prepare stage names the setting and the size that works,
+    and writes nothing (before: sentencepiece's internal error)."""
+    assert add("qa", *FILE_ARGS, "--subword", str(size)) == 0
+    if size == 260:  # more distinct characters than 260 - 259 byte and special pieces leave room for
+        (qa / "data/raw/qa/all.tsv").write_text(
+            "question\tanswer\n" + "".join(f"{chr(0x4E00 + i)} q {i}\t{chr(0x4F00 + i)} a\n" for i in range(40))
+        )
+    with pytest.raises(SettingsError, match=message):
+        write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
+    assert [p.name for p in (qa / "data" / "shards").iterdir()] == ["qa"]  # the stray copy of all.tsv only
+    assert [p.name for p in (qa / "data" / "shards" / "qa").iterdir()] == ["all.tsv"]
