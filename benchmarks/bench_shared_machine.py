@@ -8,7 +8,7 @@ cores are all taken, a spinning thread burns the time slice that the thread it w
 training beside another 2-thread job on 2 cores can run many times slower than half its speed.
 ``OMP_WAIT_POLICY=PASSIVE`` (flows/__init__.py sets it for every stage process) makes idle threads
 sleep at once; the work each thread does, and so every result, is the same bits
-(tests/pipeline/runtime/test_math_pins.py checks).
+(tests/pipeline/runtime/test_omp_wait_policy.py checks).
 
 Each measurement runs fresh processes, each training CopyNet as the default task does (emb 64, hidden
 128, vocabulary 1,000, batch 32, 2 threads, the math pins of the stages) for ``--seconds`` after a

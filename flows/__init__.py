@@ -33,7 +33,7 @@ for _key, _value in {
     # spinning. Alone that costs nothing; on a machine shared with other jobs a spinning thread burns
     # the time slice the thread it waits for needs (benchmarks/bench_shared_machine.py: a training
     # beside another 2-thread job on 2 cores). The work each thread does is the same, so are the bits
-    # (tests/pipeline/runtime/test_math_pins.py). Read when the OpenMP runtime loads, hence here.
+    # (tests/pipeline/runtime/test_omp_wait_policy.py). Read when the OpenMP runtime loads, hence here.
     "OMP_WAIT_POLICY": "PASSIVE",
 }.items():
     os.environ.setdefault(_key, _value)
