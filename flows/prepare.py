@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
 from pipeline.data.prepare import ParallelConfig, prepare_job, summary, write_job
-from pipeline.io.parallel import bounded_ordered_map
+from pipeline.io.parallel import bounded_ordered_map, process_pool
 
 _POOL: ProcessPoolExecutor | None = None  # the local process pool behind the thread-pool runner
 
@@ -65,7 +65,7 @@ def prepare_corpus(corpus: str, params_path: str | None = None) -> dict:
         return write_job(job, prefect_map(parallel.workers, parallel.local_pool))
 
     if parallel.local_pool:
-        _POOL = ProcessPoolExecutor(parallel.workers)
+        _POOL = process_pool(parallel.workers)  # started now, before any locked directory; dies with us
     try:
         manifests = prepare_flow()
     finally:

@@ -24,6 +24,7 @@ pin_math_libraries()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -38,19 +39,28 @@ from pipeline.decoding.scoring import score_records  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.io.shards import first_rows, read_split  # noqa: E402
 from pipeline.runtime.device import compute_settings, resolve_device  # noqa: E402
-from pipeline.training.averaging import write_average  # noqa: E402
+from pipeline.training.averaging import snapshots, write_average  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import Vocab  # noqa: E402
 
 UNK = "<unk>"
 
 
+class Refused(Exception):
+    """A request this script cannot run: printed alone (no traceback), exit code 2, before anything is decoded."""
+
+
 def parse_setting(text: str) -> tuple[str, object]:
     """``key=value`` of the evaluate section (the value read as YAML: true, 3, ...)."""
     key, sep, value = text.partition("=")
     if not sep or key not in EvalConfig.__dataclass_fields__:
-        raise SystemExit(f"--settings: {text!r} is not <evaluate key>=<value>")
-    return key, yaml.safe_load(value)
+        raise Refused(
+            f"--settings: {text!r} is not <evaluate key>=<value> (keys: {sorted(EvalConfig.__dataclass_fields__)})"
+        )
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError as err:
+        raise Refused(f"--settings: {text!r}: the value is not readable ({err})") from err
 
 
 def unk_stats(records: list[dict]) -> dict:
@@ -70,10 +80,77 @@ def score(model, paths, mechanism, split, vocabs, cfg, device) -> dict:
     return {**metrics, **unk_stats(records), "seconds": round(time.perf_counter() - start, 1)}
 
 
-def main(argv=None) -> None:
+def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[str, object]], list[str]]:
+    """What will be decoded, all of it checked before anything is: the mechanisms (those given, each of
+    which must be trained; by default those of params.yaml that are trained, the others named as
+    skipped), the settings (each a valid evaluate setting for every mechanism: types and ranges; for
+    ``average_last=K``, K step checkpoints kept) and the splits (their shards present). Returns the
+    mechanisms, the settings and the lines saying what was skipped."""
+    if args.task not in (params.get("tasks") or {}) and not paths.shards.is_dir():
+        raise Refused(f"--task {args.task}: not a task of params.yaml ({', '.join(params.get('tasks') or {})})")
+    for name in ("src.vocab", "tgt.vocab"):
+        if not (paths.vocab / name).is_file():
+            raise Refused(f"{paths.vocab / name} is absent: run `dvc repro vocab@{args.task}` first")
+    missing_splits = [s for s in args.splits if not paths.split(s).is_dir()]
+    if missing_splits:
+        raise Refused(
+            f"--splits: no shards for {', '.join(missing_splits)} under {paths.shards} (run prepare@{args.task})"
+        )
+    trained = lambda m: (paths.checkpoints(m) / "model.pt").is_file()
+    notes = []
+    if args.mechanisms:
+        unknown = [m for m in args.mechanisms if not trained(m)]
+        if unknown:
+            raise Refused(
+                f"--mechanisms: {', '.join(unknown)} not trained for {args.task} (no "
+                f"{paths.checkpoints(unknown[0]) / 'model.pt'}): run `dvc repro train@{args.task}-{unknown[0]}` first"
+            )
+        mechanisms = list(args.mechanisms)
+    else:
+        mechanisms = [m for m in params["mechanisms"] if trained(m)]
+        skipped = [m for m in params["mechanisms"] if not trained(m)]
+        if skipped:
+            notes.append(f"skipped (not trained for {args.task}): {', '.join(skipped)}")
+        if not mechanisms:
+            raise Refused(f"no mechanism of params.yaml is trained for {args.task}: run `dvc repro` first")
+    settings = [parse_setting(s) for s in args.settings]
+    for mechanism in mechanisms:
+        eff = effective_params(params, args.task, mechanism)
+        for key, value in settings:
+            try:
+                EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], key: value}})
+            except ValueError as err:
+                raise Refused(f"--settings {key}={value!r}: {err}") from err
+            if key == "average_last" and value:
+                kept = len(snapshots(paths.checkpoints(mechanism)))
+                if kept < value:
+                    raise Refused(
+                        f"--settings average_last={value}: {mechanism} kept {kept} step checkpoint(s) "
+                        f"({paths.checkpoints(mechanism) / 'steps'}); train with train.keep_checkpoints >= {value}"
+                    )
+    return mechanisms, settings, notes
+
+
+def as_evaluated(evaluated: Path, splits: list[str]) -> dict | None:
+    """The evaluate stage's own figures for each of ``splits`` it scored (its metrics.json and
+    predictions); None when it has not run. A split it did not score is left out (shown as '-')."""
+    if not (evaluated / "metrics.json").exists():
+        return None
+    metrics = json.loads((evaluated / "metrics.json").read_text())
+    rows = {}
+    for split in splits:
+        predictions = evaluated / "predictions" / f"{split}.jsonl"
+        if not isinstance(metrics.get(split), dict) or "n" not in metrics[split] or not predictions.is_file():
+            continue  # not scored by the stage (another evaluate.splits)
+        lines = [json.loads(line) for line in predictions.read_text().splitlines()]
+        rows[split] = {**metrics[split], **unk_stats(lines)}
+    return rows
+
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default=None)
-    p.add_argument("--mechanisms", nargs="+", default=None, help="default: params.yaml's mechanisms")
+    p.add_argument("--mechanisms", nargs="+", default=None, help="default: params.yaml's trained mechanisms")
     p.add_argument("--splits", nargs="+", default=["test"])
     p.add_argument("--settings", nargs="+", default=[], help="evaluate overrides, one per row: key=value")
     p.add_argument("--params", default=None)
@@ -81,31 +158,35 @@ def main(argv=None) -> None:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--print", dest="print_json", type=Path, default=None, help="only print the tables of this --json")
     args = p.parse_args(argv)
+    try:
+        return run(args)
+    except Refused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
     if args.print_json:
         print_tables(json.loads(args.print_json.read_text()), args.columns)
-        return
-
+        return 0
     if not args.task:
-        raise SystemExit("--task is needed (unless --print)")
+        raise Refused("--task is needed (unless --print)")
     params = load_params(args.params)
     paths = TaskPaths(args.task, project_root(args.params))
+    mechanisms, settings, notes = plan(args, params, paths)
+    for note in notes:
+        print(note, flush=True)
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
-    settings = [parse_setting(s) for s in args.settings]
     report: dict = {"task": args.task, "splits": args.splits, "rows": {}}
-    for mechanism in args.mechanisms or params["mechanisms"]:
+    for mechanism in mechanisms:
         eff = effective_params(params, args.task, mechanism)
         base = EvalConfig.from_params(eff)
         device = resolve_device(base.device)
         compute_settings(base.threads, base.deterministic)
         rows = {}
-        evaluated = paths.evaluation(mechanism)
-        if (evaluated / "metrics.json").exists():  # the evaluate stage's own figures, when it has run
-            metrics = json.loads((evaluated / "metrics.json").read_text())
-            rows["as evaluated"] = {}
-            for split in args.splits:
-                lines = (evaluated / "predictions" / f"{split}.jsonl").read_text().splitlines()
-                lines = [json.loads(line) for line in lines]
-                rows["as evaluated"][split] = {**metrics[split], **unk_stats(lines)}
+        evaluated = as_evaluated(paths.evaluation(mechanism), args.splits)
+        if evaluated is not None:  # the evaluate stage's own figures, when it has run
+            rows["as evaluated"] = evaluated
         plain, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs)
         for key, value in settings:
             cfg = EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], key: value}})
@@ -121,7 +202,11 @@ def main(argv=None) -> None:
             report["rows"][mechanism] = rows
             if args.json:  # after every row: a long run stopped half-way keeps what it scored
                 args.json.write_text(json.dumps(report, indent=1))
+        report["rows"][mechanism] = rows
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
     print_tables(report, args.columns)
+    return 0
 
 
 def print_tables(report: dict, columns: list[str]) -> None:
@@ -131,7 +216,10 @@ def print_tables(report: dict, columns: list[str]) -> None:
         print("|---|---|" + "---:|" * (len(columns) + 3))
         for mechanism, rows in report["rows"].items():
             for label, by_split in rows.items():
-                m = by_split[split]
+                m = by_split.get(split)
+                if m is None:  # the evaluate stage did not score this split
+                    print(f"| {mechanism} | {label} | " + " | ".join(["-"] * (len(columns) + 3)) + " |")
+                    continue
                 cells = ["-" if m.get(c) is None else f"{m[c]:.2f}" for c in columns]
                 length = m.get("copy", {}).get("outputs", {}).get("length")
                 shown_length = "-" if length is None else f"{length:.1f}"
@@ -143,4 +231,4 @@ def print_tables(report: dict, columns: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,9 +1,16 @@
 """scripts/eval_options.py: each row decodes the trained model with its one evaluate setting changed."""
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
 
 from benchmarks.toy import TASK
 from pipeline.config.params import load_params
@@ -41,3 +48,73 @@ def test_ban_and_replace_unk_rows_remove_the_unk_a_plain_decode_emits(toy_projec
     assert rows["replace_unk=True"]["test"]["unk_tokens"] < plain_unk  # source words took their place
     assert rows["ban_unk=True"]["test"]["n"] == len(plain)
     assert "| rnnsearch | ban_unk=True |" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def eval_options():
+    """scripts/eval_options.py as a module (its import pins the math libraries in os.environ: undone)."""
+    saved = dict(os.environ)
+    spec = importlib.util.spec_from_file_location("eval_options_script", REPO / "scripts" / "eval_options.py")
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():  # "pinned after torch was loaded": this process only checks refusals
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spec.loader.exec_module(module)
+    os.environ.clear()
+    os.environ.update(saved)
+    return module
+
+
+@pytest.fixture
+def toy_copy(toy_project, tmp_path) -> Path:
+    """A copy of the toy project whose params.yaml also lists WEAN, which is not trained there."""
+    root = tmp_path / "toy"
+    shutil.copytree(toy_project, root)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["mechanisms"] = [*params["mechanisms"], "wean"]
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mechanisms", "wean", "--settings", "ban_unk=true"], "--mechanisms: wean not trained for toy_copy"),
+        (["--settings", "beam_size=abc"], "evaluate.beam_size must be an integer >= 1, got 'abc'"),
+        (["--settings", "beam_size=0"], "evaluate.beam_size must be an integer >= 1, got 0"),
+        (["--settings", "max_len=0"], "evaluate.max_len must be an integer >= 1, got 0"),
+        (["--settings", "max_len=-5"], "evaluate.max_len must be an integer >= 1, got -5"),
+        (["--settings", "ban_unk=maybe"], "evaluate.ban_unk must be true or false, got 'maybe'"),
+        (["--settings", "average_last=2"], "copynet kept 0 step checkpoint(s)"),
+        (["--settings", "beams=3"], "--settings: 'beams=3' is not <evaluate key>=<value>"),
+        (["--splits", "dev"], "--splits: no shards for dev"),
+    ],
+)
+def test_refusals_exit_2_with_one_message_before_any_decoding(eval_options, toy_copy, capsys, argv, message):
+    out = toy_copy / "options.json"
+    argv = ["--task", TASK, "--params", str(toy_copy / "params.yaml"), "--json", str(out), *argv]
+    assert eval_options.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and message in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""  # nothing decoded, nothing printed
+    assert not out.exists()
+
+
+def test_default_mechanisms_skip_the_untrained_and_as_evaluated_shows_unscored_splits_as_dashes(
+    eval_options, toy_copy, capsys
+):
+    # the evaluate stage scored test only (its evaluate.splits): the valid split has no "as evaluated" figures
+    evaluated = TaskPaths(TASK, toy_copy).evaluation("rnnsearch")
+    (evaluated / "predictions").mkdir(parents=True)
+    (evaluated / "metrics.json").write_text(json.dumps({"test": {"n": 1, "top1": 50.0}}))
+    (evaluated / "predictions" / "test.jsonl").write_text(json.dumps({"pred": "a <unk>"}) + "\n")
+    out = toy_copy / "options.json"
+    argv = ["--task", TASK, "--params", str(toy_copy / "params.yaml"), "--splits", "valid", "test",
+            "--settings", "ban_unk=true", "--columns", "top1", "--json", str(out)]  # fmt: skip
+    assert eval_options.main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "skipped (not trained for toy_copy): wean" in shown
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"copynet", "rnnsearch"}
+    assert set(rows["rnnsearch"]["as evaluated"]) == {"test"}
+    assert "| rnnsearch | as evaluated | - | - | - | - |" in shown  # valid: not scored by the stage
+    assert "| rnnsearch | as evaluated | 50.00 | 1 | 1 | - |" in shown

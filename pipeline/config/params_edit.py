@@ -54,3 +54,26 @@ def indented_yaml(mapping: dict, indent: int = 2, top: bool = True) -> list[str]
         else:
             lines.append(f"{' ' * indent}{flow_yaml(key)}: {flow_yaml(value)}")
     return lines
+
+
+def block_style(text: str, key: str, value: dict | None) -> str:
+    """``text`` with the top-level entry ``key`` in block style, so :func:`insert_entries` can add to
+    it: an entry written inline (``tasks: {}``, ``tasks: {copy_rules: pipeline/...}``, a flow mapping
+    that may go on over indented lines) is rewritten as ``key:`` and one line per entry (``value``,
+    the entry as loaded; comments inside the flow mapping are not kept); an absent one is added at
+    the end. A block entry is returned as it is."""
+    match = re.search(rf"^{re.escape(key)}:[ \t]*([^#\s][^\n]*)?$", text, re.M)
+    if match is None:
+        return text + ("" if text.endswith("\n") or not text else "\n") + f"\n{key}:\n"
+    if match.group(1) is None:
+        return text  # a block already (its entries, if any, on the lines below)
+    end = match.end()
+    for line in text[end + 1 :].splitlines(keepends=True):
+        if line.strip() and not line[0].isspace():
+            break
+        if line.strip() and not line.lstrip().startswith("#"):
+            end += len(line)  # a flow mapping going on over indented lines
+        else:
+            break
+    lines = [f"{key}:", *indented_yaml(value or {})]
+    return text[: match.start()] + "\n".join(lines) + text[end:]

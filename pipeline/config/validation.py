@@ -32,3 +32,14 @@ def check_numeric_config(config, checks: Callable[[], list[tuple[bool, str]]]) -
     failed = [msg for ok, msg in checks() if not ok]
     if failed:
         raise ValueError(f"invalid {name} {config}: need {', '.join(failed)}")
+
+
+class InputError(ValueError):
+    """A problem with what the user gave -- a setting, a data file --, whose message says all there is
+    to say (what, where, what to do). The commands print the message alone, last, without a
+    traceback, and exit 2 (``flows.cli``, ``python -m pipeline.data.tasks``)."""
+
+
+class SettingsError(InputError):
+    """A setting that cannot work, found before any work: the message names the setting and says what
+    it must be."""

@@ -19,20 +19,21 @@ Every refusal is an :class:`AddTaskError` with one message (the command exits 2)
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from pipeline.config.params_edit import indented_yaml, insert_entries
+from pipeline.config.checks import check_decoding, check_serving, check_subword, check_task_name
+from pipeline.config.params_edit import block_style, indented_yaml, insert_entries
 from pipeline.config.tasks import deep_merge, effective_params
+from pipeline.config.validation import SettingsError
+from pipeline.config.variants import resolve
 from pipeline.data.corpora import parallel, tables
 from pipeline.data.prepare import resolve_paths
 from pipeline.io.files import write_text_atomic
 
-NAME = re.compile(r"[a-z][a-z0-9_]*")
 # evaluate.metric -> (compare columns, the key of the champion metric); the keys equal
 # pipeline.metrics.registry.TEXT_METRICS + exact_match (tests/pipeline/data/test_add_task.py checks)
 METRICS: dict[str, tuple[list[str], str]] = {
@@ -82,8 +83,10 @@ class NewTask:
 
 
 def _check_name(params: dict, name: str) -> None:
-    if not NAME.fullmatch(name):
-        raise AddTaskError(f"task name {name!r}: use lowercase letters, digits and _ (starting with a letter)")
+    try:
+        check_task_name(name)
+    except SettingsError as err:
+        raise AddTaskError(str(err)) from err
     where = [k for k in ("tasks", "prepare", "task_settings") if name in (params.get(k) or {})]
     if where:
         raise AddTaskError(f"task {name!r} exists already (in {', '.join(where)} of params.yaml); choose another name")
@@ -106,10 +109,23 @@ def _files(task: NewTask, root: Path) -> dict[str, list[Path]]:
                 f"--{split}: {', '.join(outside)} is outside the project {root} (DVC watches inputs inside it): "
                 "copy it into a directory of its own, e.g. data/raw/<task>/"
             )
+        inside = [g for g, p in zip(given, paths) if _in_outputs(p.relative_to(root))]
+        if inside:
+            raise AddTaskError(
+                f"--{split}: {', '.join(inside)} lies in a folder the pipeline writes (data/{{{','.join(OUTPUT_DIRS)}}}/): "
+                "DVC cannot watch an input inside a stage's output; copy it into a directory of its own, "
+                "e.g. data/raw/<task>/"
+            )
         out[split] = paths
     if "train" not in out:
         raise AddTaskError("give --train FILE (or --file FILE with --valid-fraction/--test-fraction)")
     return out
+
+
+def _in_outputs(rel: Path) -> bool:
+    """Whether a path relative to the project lies in a folder the pipeline writes (``data/shards`` ...)."""
+    parts = rel.parts
+    return len(parts) > 2 and parts[0] == "data" and parts[1] in OUTPUT_DIRS
 
 
 def _raw_input(files: dict[str, list[Path]], root: Path) -> tuple[Path, bool]:
@@ -153,6 +169,12 @@ def _check_columns(settings: dict, files: dict[str, list[Path]], formats: dict[s
         missing = [c for c in cfg_cols if (c not in found if isinstance(c, str) else not 0 <= c < len(found))]
         if missing:
             raise AddTaskError(f"{paths[0]}: no column {', '.join(map(repr, missing))}; the columns found are {found}")
+        twice = [c for c in cfg_cols if isinstance(c, str) and found.count(c) > 1]
+        if twice:
+            raise AddTaskError(
+                f"{paths[0]}: the header names column {twice[0]!r} {found.count(twice[0])} times ({found}): "
+                "rename one, so the column read is the one you mean"
+            )
 
 
 def prepare_settings(task: NewTask, files: dict[str, list[Path]], raw: Path, single: bool, root: Path) -> dict:
@@ -189,6 +211,10 @@ def prepare_settings(task: NewTask, files: dict[str, list[Path]], raw: Path, sin
             settings["header"] = False
         if task.delimiter:
             settings["delimiter"] = task.delimiter
+    if task.delimiter is not None and (len(task.delimiter) != 1 or not set(formats.values()) <= {"tsv", "csv"}):
+        raise AddTaskError(
+            f"--delimiter {task.delimiter!r}: one character, for tsv/csv files (a tab is written --delimiter $'\\t')"
+        )
     if fmt != "text":
         settings["src_col"] = (
             _column(task.src_col, indexed) if task.src_col is not None else ("src" if not indexed else 0)
@@ -204,8 +230,12 @@ def prepare_settings(task: NewTask, files: dict[str, list[Path]], raw: Path, sin
     if task.tokenizer == "moses":
         settings["lang"] = task.lang
     settings["lowercase"], settings["mask_digits"] = task.lowercase, task.mask_digits
-    if task.subword:
+    if task.subword is not None:
         settings["subword"] = {"vocab_size": task.subword}
+        try:
+            check_subword(settings["subword"], "--subword")
+        except SettingsError as err:
+            raise AddTaskError(f"{err} (the subword vocabulary size; leave it out for no subword step)") from err
     _check_columns(settings, files, formats)
     return settings
 
@@ -226,19 +256,70 @@ def task_settings_entry(task: NewTask, raw: Path) -> dict:
 
 
 def validate(params: dict, name: str, root: Path, task_status: Callable[[dict, str, Path], str]) -> None:
-    """The new entries as the stages read them: the reader's Config (paths resolved), the task's
-    effective params, and ``task_status`` (the ``list`` command's rule) ``ready``."""
+    """The new entries as the stages read them, checked by the stages' own checks: the reader's Config
+    (paths resolved), the subword settings, the task's effective params and, for every mechanism of
+    params.yaml, its evaluate settings (types, ranges, within the serving limits); then
+    ``task_status`` (the ``list`` command's rule) ``ready``."""
     settings = dict(params["prepare"][name])
     settings.pop("reader")
-    settings.pop("subword", None)
+    subword = settings.pop("subword", None)
     try:
         parallel.Config.from_dict(resolve_paths(settings, root / params["tasks"][name], root))
-        effective_params(params, name)
+        check_subword(subword)
+        where = f"task_settings.{name}.evaluate"
+        evaluate = effective_params(params, name)["evaluate"]
+        check_decoding(evaluate, where)
+        check_serving(evaluate, params.get("serving"), where)
+        for mechanism in params.get("mechanisms") or []:  # a mechanism's own overrides (task_settings, variants)
+            evaluate = effective_params(params, name, mechanism)["evaluate"]
+            try:
+                check_decoding(evaluate, where)
+                check_serving(evaluate, params.get("serving"), where)
+            except SettingsError as err:
+                raise SettingsError(f"{err} (as {resolve(params, mechanism).name} is evaluated)") from err
     except (ValueError, KeyError) as err:
         raise AddTaskError(f"the settings are not valid: {err}") from err
     status = task_status(params, name, root)
     if status != "ready":
         raise AddTaskError(f"task {name} would not be ready: {status}")
+
+
+def count_records(path: Path, fmt: str, header: bool) -> int | None:
+    """How many records a table or text file holds, when that is cheap to know (Parquet / Arrow
+    metadata, lines of an uncompressed text file); None otherwise."""
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(path).metadata.num_rows
+        if fmt == "arrow" or path.suffix == ".gz":
+            return None
+        with open(path, "rb") as fh:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+            fh.seek(max(path.stat().st_size - 1, 0))
+            lines += path.stat().st_size > 0 and fh.read(1) != b"\n"
+    except (OSError, ValueError, ImportError):
+        return None
+    return max(lines - (header and fmt in ("tsv", "csv")), 0)
+
+
+def check_fractions(task: NewTask, files: dict[str, list[Path]], settings: dict) -> None:
+    """A fraction that selects no record of the train file (expected count below one) is refused now,
+    not as an empty split in the prepare stage."""
+    fmt = settings.get("format") or tables.detect_format(files["train"][0])
+    if fmt == "csv":
+        return  # a quoted field may span lines: lines are not records
+    n = count_records(files["train"][0], fmt, settings.get("header", True))
+    if not n:
+        return
+    for split in ("valid", "test"):
+        fraction = getattr(task, f"{split}_fraction")
+        if fraction and fraction * n < 1:
+            raise AddTaskError(
+                f"--{split}-fraction {fraction} of the {n} records of {files['train'][0].name} selects about "
+                f"{fraction * n:.2f} records, so the {split} split would be empty: give at least "
+                f"{min(1.0, 10 / n):.3g} (about 10 records) or --{split} FILE"
+            )
 
 
 def add_task(params_path: Path, task: NewTask, task_status: Callable[[dict, str, Path], str]) -> dict:
@@ -268,7 +349,11 @@ def add_task(params_path: Path, task: NewTask, task_status: Callable[[dict, str,
     }
     expected = deep_merge(params, {k: {task.name: v} for k, v in entries.items()})
     validate(expected, task.name, root, task_status)
-    new_text = insert_entries(text, "tasks", [f"  {task.name}: {raw}"])
+    check_fractions(task, files, entries["prepare"])
+    new_text = text
+    for key in entries:  # an inline block (`tasks: {}`, `tasks: {a: b}`) is rewritten as a block first
+        new_text = block_style(new_text, key, params.get(key))
+    new_text = insert_entries(new_text, "tasks", [f"  {task.name}: {raw}"])
     comment = f"# your corpus: python -m pipeline.data.tasks add {task.name} (docs/own_data.md)"
     for key in ("prepare", "task_settings"):
         lines = indented_yaml({task.name: entries[key]})

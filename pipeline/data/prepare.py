@@ -34,12 +34,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pipeline.config.checks import check_subword, check_task_name
 from pipeline.config.params import load_params, project_root, section
 from pipeline.config.paths import TaskPaths
-from pipeline.config.validation import dataclass_from_dict
+from pipeline.config.validation import SettingsError, dataclass_from_dict
 from pipeline.data.corpora import reader_module
 from pipeline.data.text.subword import retokenize_corpus, train_sentencepiece_from_corpus
 from pipeline.io.files import write_json_atomic
+from pipeline.io.shards import portable, portable_paths, remove_stale_scratch
 
 PATH_SUFFIXES = ("_dir", "_file")
 TASK_RUNNERS = ("local", "dask")
@@ -145,11 +147,9 @@ def write_extra_split(
             )
         manifest_path = source / "manifest.json"
         manifest = json.loads(manifest_path.read_text())
-        manifest["prepared_as"] = {
-            "corpus": extra["corpus"],
-            "split": extra.get("split", "test"),
-            "raw": str(other_raw),
-        }
+        manifest["prepared_as"] = portable(
+            {"corpus": extra["corpus"], "split": extra.get("split", "test"), "raw": str(other_raw)}
+        )
         write_json_atomic(manifest_path, manifest)
         shutil.rmtree(out_root / name, ignore_errors=True)
         source.rename(out_root / name)
@@ -180,21 +180,54 @@ def prepare_job(corpus: str, params_path: str | None = None) -> PrepareJob:
     resolved against the task's raw input), and ``data/shards/<corpus>`` as the output."""
     params = load_params(params_path)
     root = project_root(params_path)
-    settings = dict(section(params, "prepare", corpus))
-    module = reader_module(settings.pop("reader", None) or "")
-    subword = settings.pop("subword", None)
-    extra_splits = settings.pop("extra_splits", None) or {}
-    raw = (params.get("tasks") or {}).get(corpus)
-    raw_root = root / raw if raw is not None else root
-    cfg = module.Config.from_dict(resolve_paths(settings, raw_root, root))
+    check_task_name(corpus)
+    try:
+        settings = dict(section(params, "prepare", corpus))
+        module = reader_module(settings.pop("reader", None) or "")
+        subword = settings.pop("subword", None)
+        check_subword(subword, f"prepare.{corpus}.subword")
+        extra_splits = settings.pop("extra_splits", None) or {}
+        raw = (params.get("tasks") or {}).get(corpus)
+        raw_root = root / raw if raw is not None else root
+        cfg = module.Config.from_dict(resolve_paths(settings, raw_root, root))
+    except SettingsError:
+        raise
+    except (KeyError, ValueError, TypeError) as err:  # the reader's own checks: a setting's message
+        raise SettingsError(f"prepare.{corpus}: {err.args[0] if err.args else err}") from err
     out_root = TaskPaths(corpus, root).shards
     parallel = ParallelConfig.from_params(params)
     return PrepareJob(corpus, module, cfg, subword, extra_splits, params, root, raw_root, out_root, parallel)
 
 
+def scratch_prefixes(out_root: Path) -> list[str]:
+    """The names of the scratch directories a prepare of ``out_root`` makes beside it: ``.<task>.words``
+    (subword), ``.<task>.<extra split>``, readers' ``.<task>.spill-*`` / ``.<task>.stage-*``, and a
+    spill of the words' splits (``..<task>.words.spill-*``). Task names have no dots, so another
+    task's never match."""
+    return [f".{out_root.name}.", f"..{out_root.name}."]
+
+
 def write_job(job: PrepareJob, map_chunks: Callable) -> dict:
     """The prepare stage's work: the reader's splits (re-tokenised when ``subword`` is set), then the
-    extra splits; return the manifests by split."""
+    extra splits; return the manifests by split. First, whatever scratch an earlier run of this task
+    left beside ``data/shards/<task>`` (a run killed with SIGKILL cannot remove its own) is removed;
+    a live run's locked scratch is left alone (DVC runs one prepare of a task at a time)."""
+    remove_stale_scratch(job.out_root.parent, scratch_prefixes(job.out_root))
+    with portable_paths(path_bases(job.params, job.root)):
+        return _write_job(job, map_chunks)
+
+
+def path_bases(params: dict, root: Path) -> list[tuple[str, Path]]:
+    """What paths in a manifest are written relative to (:func:`pipeline.io.shards.portable_paths`):
+    ``data.shared_root`` (as ``{data.shared_root}/...``) and the project root (plain relative paths)."""
+    bases: list[tuple[str, Path]] = [("", root)]
+    shared = (params.get("data") or {}).get("shared_root")
+    if isinstance(shared, str) and shared:
+        bases.append(("{data.shared_root}", root / shared))
+    return bases
+
+
+def _write_job(job: PrepareJob, map_chunks: Callable) -> dict:
     if not job.subword:
         manifests = job.module.write_splits(job.cfg, job.out_root, map_chunks=map_chunks)
     else:

@@ -17,12 +17,14 @@ import argparse
 import glob
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import yaml
 
 from pipeline.config.params import REPO_ROOT, load_params, section
 from pipeline.config.tasks import task_names, task_settings
+from pipeline.config.validation import SettingsError
 from pipeline.data.add_task import METRICS, AddTaskError, NewTask, add_task
 from pipeline.data.corpora.common import CorpusFormatError
 from pipeline.data.corpora.parallel import TOKENIZERS
@@ -127,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     unknown = sorted(set(args.names) - set(known))
     if unknown:
-        parser.error(f"unknown tasks {unknown}; known: {known}")
+        refuse(f"unknown tasks {unknown}; known: {known}")
     enabled = [t for t in known if (t in args.names or (args.available and statuses[t] == "ready"))]
     blocked = {t: statuses[t] for t in args.names if statuses[t] != "ready"}
     if blocked:
-        parser.error("cannot enable: " + "; ".join(f"{t}: {s}" for t, s in blocked.items()))
+        refuse("cannot enable: " + "; ".join(f"{t}: {s}" for t, s in blocked.items()))
     rewrite_tasks_block(params_path, tasks_block(params, enabled, statuses))
     if args.preset:
         text = params_path.read_text(encoding="utf-8")
@@ -195,16 +197,22 @@ def add_arguments(add: argparse.ArgumentParser) -> None:
     add.add_argument("--max-len", type=int, help="longest output evaluate decodes (default: evaluate.max_len)")
 
 
+def refuse(message: str) -> None:
+    """A refusal: its one message on stderr (no usage block, no traceback), exit code 2, nothing written."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def run_add(parser: argparse.ArgumentParser, params_path: Path, args: argparse.Namespace) -> int:
     """``add``: write the task's entries, print them and what to run next (exit 2 on a refusal)."""
     if args.file and args.train:
-        parser.error("give --train or --file, not both")
+        refuse("give --train or --file, not both")
     fields = {k: v for k, v in vars(args).items() if k not in {"command", "params", "file", "train"}}
     task = NewTask(train=args.file or args.train, **fields)
     try:
         entries = add_task(params_path, task, task_status)
-    except (AddTaskError, CorpusFormatError) as err:
-        parser.error(str(err))
+    except (AddTaskError, CorpusFormatError, SettingsError, yaml.YAMLError) as err:
+        refuse(str(err))
     prepare = entries["prepare"]
     splits = [s for s in ("train", "valid", "test") if any(k.startswith(f"{s}_") for k in prepare)]
     print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.config.checks import DECODING, check_decoding
 from pipeline.config.params import section
 from pipeline.config.validation import dataclass_from_dict
 
@@ -51,6 +52,9 @@ class EvalConfig:
     ban_unk: bool = False  # search never emits <unk> (the best other word, a copy among them)
     average_last: int = 0  # > 0: score the mean weights of the last K step checkpoints (train.keep_checkpoints)
 
+    def __post_init__(self) -> None:
+        check_decoding({k: getattr(self, k) for k in DECODING})
+
     @classmethod
     def from_dict(cls, d: dict) -> EvalConfig:
         d = dict(d)
@@ -61,10 +65,7 @@ class EvalConfig:
             d["split_metrics"] = tuple(sorted((d["split_metrics"] or {}).items()))
         if "heatmap" in d:
             d["heatmap"] = HeatmapConfig.from_dict(d["heatmap"])
-        cfg = dataclass_from_dict(cls, d)
-        if cfg.average_last < 0:
-            raise ValueError(f"evaluate.average_last must be >= 0, got {cfg.average_last}")
-        return cfg
+        return dataclass_from_dict(cls, d)
 
     @classmethod
     def from_params(cls, params: dict) -> EvalConfig:

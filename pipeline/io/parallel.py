@@ -10,7 +10,9 @@ The ``prepare`` flow wraps the same idea in Prefect tasks (retries, optional Das
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -61,6 +63,36 @@ def bounded_ordered_map(
         yield result(pending.popleft())
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent() -> None:
+    """A pool worker's initializer: the kernel kills this process (SIGKILL) when the process that
+    started it dies (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing). Without it, workers of a
+    prepare killed with SIGKILL live on, orphaned, holding memory and any locked directory handle
+    they inherited, so the next run could not tell the dead run's scratch from a live one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call: nobody will signal us
+        os._exit(1)
+
+
+def _ready(_: int) -> int:
+    return os.getpid()
+
+
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process (:func:`die_with_parent`), all started now:
+    forked before the caller opens any locked scratch or temporary directory, they inherit none of
+    those handles (a worker holding a copy would keep a dead run's lock alive)."""
+    pool = ProcessPoolExecutor(workers, initializer=die_with_parent)
+    list(pool.map(_ready, range(workers)))
+    return pool
+
+
 class ProcessMap:
     """``map_chunks`` over a process pool; a context manager that shuts the pool down.
 
@@ -87,6 +119,6 @@ class ProcessMap:
         if self.workers == 1:
             return serial_map(fn, chunks)
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers)
+            self._pool = process_pool(self.workers)
         pool = self._pool
         return bounded_ordered_map(pool.submit, lambda f: f.result(), fn, chunks, self.max_in_flight)

@@ -23,6 +23,7 @@ exists again. Nothing else in the folder is touched.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -33,7 +34,7 @@ import tempfile
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,6 +69,46 @@ def content_sha256(part_hashes: Iterable[str]) -> str:
     for h in part_hashes:
         digest.update(h.encode("ascii") + b"\n")
     return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# Paths in manifests: relative, so the same data gives the same bytes in any checkout
+# --------------------------------------------------------------------------- #
+
+_PATH_BASES: list[tuple[str, str]] = []  # (label, absolute normalised base), most specific first
+
+
+@contextlib.contextmanager
+def portable_paths(bases: Iterable[tuple[str, str | Path]]) -> Iterator[None]:
+    """While the block runs, every manifest this process writes (:class:`ShardWriter`) names a path
+    under one of ``bases`` relative to it: ``(label, base)``, the path written as ``label/<relative>``
+    (the label ``""``: the relative path alone). The prepare stage passes the project root (label
+    ``""``) and ``data.shared_root`` (label ``{data.shared_root}``): a manifest is hashed by DVC, and
+    the same data prepared in two checkouts in different folders must give the same bytes."""
+    saved = list(_PATH_BASES)
+    found = [(label, os.path.normpath(os.path.abspath(base))) for label, base in bases]
+    _PATH_BASES[:] = sorted(found, key=lambda item: -len(item[1]))  # the deepest base first
+    try:
+        yield
+    finally:
+        _PATH_BASES[:] = saved
+
+
+def portable(value):
+    """``value`` (a manifest's params: dicts, lists, strings) with every absolute path under a base of
+    :func:`portable_paths` made relative; other values as they are."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    if not isinstance(value, str) or not _PATH_BASES or not os.path.isabs(value):
+        return value
+    path = os.path.normpath(value)
+    for label, base in _PATH_BASES:
+        if path == base or path.startswith(base.rstrip(os.sep) + os.sep):
+            rel = os.path.relpath(path, base)
+            return rel if not label else (label if rel == "." else f"{label}/{rel}")
+    return value
 
 
 # --------------------------------------------------------------------------- #
@@ -170,6 +211,56 @@ def remove_stale_temp_dirs(out_dir: str | Path) -> list[Path]:
             continue
         removed.append(path)
     return removed
+
+
+def remove_stale_scratch(parent: str | Path, prefixes: Iterable[str]) -> list[Path]:
+    """Remove the directories in ``parent`` whose names start with one of ``prefixes`` and whose lock
+    nobody holds (a :func:`scratch_dir` of a process that died, or an unlocked scratch directory of a
+    run that is over); return them. A live :func:`scratch_dir` is left alone."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    prefixes = tuple(prefixes)
+    removed = []
+    for path in sorted(parent.iterdir()):
+        if not path.name.startswith(prefixes) or path.is_symlink() or not path.is_dir():
+            continue
+        lock = _DirLock.try_acquire(path)
+        if lock is None:
+            continue  # a live process's scratch
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            lock.release()
+        removed.append(path)
+    return removed
+
+
+@contextlib.contextmanager
+def scratch_dir(parent: str | Path, prefix: str) -> Iterator[Path]:
+    """A private scratch directory ``parent/<prefix>XXXXXXXX``, locked (``flock``) while it lives and
+    removed when the block ends; first the scratch directories of the same prefix that a killed
+    process left (SIGKILL, power loss: nothing of theirs could remove them) are removed, so a killed
+    run's scratch is gone by the end of the next run's start."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_scratch(parent, [prefix])
+    for _ in range(10):
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        lock = _DirLock.try_acquire(path, blocking=True)
+        if lock is not None and lock.same_inode(path):
+            break
+        if lock is not None:
+            lock.release()
+    else:
+        raise RuntimeError(f"could not create a scratch directory {prefix}* in {parent}")
+    try:
+        yield path
+    finally:
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            lock.release()
 
 
 class ShardWriter:
@@ -345,7 +436,7 @@ class ShardWriter:
                 "quarantine_reasons": dict(sorted(self._reasons.items())),
                 "parts": list(self._parts),
                 "schema": str(self.schema),
-                "params": self.params,
+                "params": portable(self.params),
                 "content_sha256": content_sha256(p["sha256"] for p in self._parts),
             }
             if self.stats:

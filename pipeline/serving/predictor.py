@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipeline.config.checks import check_serving
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.raw_input import detokenize, source_tokenizer
 from pipeline.decoding.decode import decode_table
@@ -117,12 +118,10 @@ class ServingConfig:
                 f"serving limits must be integers >= 1 (request_timeout_s a number > 0, unknown_warning "
                 f"a fraction in [0, 1]): {shown}"
             )
-        for key, cap in (("beam_size", "max_beam_size"), ("max_len", "max_output_len")):
-            if getattr(self, key) > getattr(self, cap):
-                raise ValueError(
-                    f"the default {key}={getattr(self, key)} (evaluate settings) is over the serving limit "
-                    f"{cap}={getattr(self, cap)}: raise serving.{cap}"
-                )
+        check_serving(
+            {"beam_size": self.beam_size, "max_len": self.max_len},
+            {"max_beam_size": self.max_beam_size, "max_output_len": self.max_output_len},
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> ServingConfig:

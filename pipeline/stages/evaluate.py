@@ -85,15 +85,29 @@ def heatmap(model, paths: TaskPaths, mechanism: str, vocabs: tuple[Vocab, Vocab]
     return out
 
 
+def serving_config(paths: TaskPaths, mechanism: str, params: dict) -> ServingConfig:
+    """What the registered model will be served with; built (and its limits checked against the
+    evaluate settings) before anything is decoded, so a model that could not be served is refused
+    before any output is written."""
+    prepare = params["prepare"][paths.task]
+    return ServingConfig.from_params(paths.task, mechanism, prepare, params["evaluate"], params.get("serving"))
+
+
 def register_model(
-    run, paths: TaskPaths, mechanism: str, params: dict, metrics: dict, split: str, checkpoint: Path
+    run,
+    paths: TaskPaths,
+    mechanism: str,
+    params: dict,
+    metrics: dict,
+    split: str,
+    checkpoint: Path,
+    serving: ServingConfig,
 ) -> str:
     """Log the model (``checkpoint``/model.pt) as an MLflow pyfunc (raw text in, output text out) and register it as a new
     version of the task's model, tagged with its metrics and data hashes (compare picks the champion)."""
     task_name = paths.task
     prepare = params["prepare"][task_name]
     subword = paths.shards / "subword.model" if prepare.get("subword") else None
-    serving = ServingConfig.from_params(task_name, mechanism, prepare, params["evaluate"], params.get("serving"))
     example = None  # a corpus whose reader refuses raw text for these settings gets no input example
     if accepts_raw_text(prepare):
         first_src = read_split(paths.split(split)).column("src")[0].as_py()
@@ -120,6 +134,7 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     params = effective_params(load_params(params_path), task_name, mechanism)
     cfg = EvalConfig.from_params(params)
     paths = TaskPaths(task_name, project_root(params_path))
+    serving = serving_config(paths, mechanism, params)  # checked before any decoding
     device = resolve_device(cfg.device)
     compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
@@ -146,7 +161,7 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
         run_.artifact(paths.evaluation(mechanism) / "metrics.json")
         for split in splits:
             run_.artifact(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", "predictions")
-        version = register_model(run_, paths, mechanism, params, metrics, splits[0], checkpoint)
+        version = register_model(run_, paths, mechanism, params, metrics, splits[0], checkpoint, serving)
         run_.tags({"registered_version": version})
     for split, m in metrics.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))

@@ -162,3 +162,41 @@ def test_prefect_map_orders_results_and_retries_a_failed_chunk(harness):
 
     assert mapped() == [[0, 2, 4], [6, 8, 10], [12, 14, 16], [18]]
     assert _FAILED_ONCE == {3}  # the chunk failed once and its retry succeeded
+
+
+def test_a_stage_failing_on_bad_input_prints_one_message_last_and_exits_2(harness, tmp_path, monkeypatch, capfd):
+    """A data error inside the prepare flow (a CSV with an open quote) ends in one line naming the
+    file and line, printed last, exit code 2: no traceback of Prefect's around it (any other failure
+    keeps its traceback); a settings error found before the flow, likewise."""
+    import sys
+
+    import yaml
+
+    import flows
+    from flows.prepare import __doc__ as doc
+    from flows.prepare import prepare_corpus
+
+    raw = tmp_path / "data" / "raw" / "qa"
+    raw.mkdir(parents=True)
+    rows = [f"question {i},answer {i}" for i in range(20)]
+    (raw / "all.csv").write_text("question,answer\n" + "\n".join(rows) + '\n"open quote,x\n')
+    settings = {"reader": "parallel", "train_file": ".", "valid_fraction": 0.2, "test_fraction": 0.2,
+                "src_col": "question", "tgt_col": "answer"}  # fmt: skip
+    params = {"tasks": {"qa": "data/raw/qa/all.csv"}, "prepare": {"qa": settings}, "parallel": {"workers": 1}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    cases = [
+        ({}, "all.csv:22: malformed CSV (unexpected end of data): check the quoting of this record"),
+        ({"valid_fraction": 1.5}, "prepare.qa: parallel valid_fraction must be a number in [0, 1), got 1.5"),
+        ({"subword": {"vocab_size": 0}}, "prepare.qa.subword.vocab_size must be an integer >= 260, got 0"),
+    ]
+    for change, message in cases:
+        params["prepare"]["qa"] = {**settings, **change}
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+        monkeypatch.setattr(sys, "argv", ["prepare", "--corpus", "qa", "--params", str(tmp_path / "params.yaml")])
+        with pytest.raises(SystemExit) as exit_:
+            flows.cli(prepare_corpus, doc, "corpus")
+        assert exit_.value.code == 2
+        err = capfd.readouterr().err
+        assert "Traceback" not in err and err.count(message) == 1, err
+        assert err.rstrip("\n").splitlines()[-1] == f"error: {err.split('error: ', 1)[1].strip()}"
+        assert not (tmp_path / "data" / "shards" / "qa").exists()  # nothing written

@@ -35,13 +35,14 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from pipeline.config.validation import InputError
 from pipeline.data.corpora.keyset import KeySet
 from pipeline.io.shards import ShardWriter
 
 WRITE_CHUNK = 10_000  # rows handed to the shard writer at once
 
 
-class CorpusFormatError(ValueError):
+class CorpusFormatError(InputError):
     """A malformed input *file* (not a single bad record): the message names file and line."""
 
     def __init__(self, path: str | Path, line: int | None, what: str) -> None:
@@ -210,7 +211,18 @@ def _empty_split_reason(split: str, manifest: dict, first_quarantined: list[str]
     reasons = ", ".join(f"{reason} {k}" for reason, k in manifest["quarantine_reasons"].items())
     first = f"; first: {', '.join(first_quarantined)}" if first_quarantined else ""
     every = "its only record was" if n == 1 else f"all {n} records were"
-    return f"the {split} split would have no rows: {every} quarantined ({reasons}){first}"
+    return f"the {split} split would have no rows: {every} quarantined ({reasons}){first}{_hint(manifest)}"
+
+
+def _hint(manifest: dict) -> str:
+    """What to do when every record was quarantined for one reason that has a usual cause."""
+    reasons = set(manifest["quarantine_reasons"])
+    if reasons == {"invalid_utf8"}:
+        return ": the file is not UTF-8 (Latin-1? convert it, e.g. iconv -f LATIN1 -t UTF-8)"
+    if len(reasons) == 1 and next(iter(reasons)).startswith("src_in_"):
+        other = next(iter(reasons)).removeprefix("src_in_")
+        return f": every source is also in the {other} split (the same file twice?); give another file for one of them"
+    return ""
 
 
 def _brief(row: dict) -> dict:

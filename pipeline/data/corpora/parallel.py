@@ -61,7 +61,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
-import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,6 +70,7 @@ import pyarrow as pa
 
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.common import (
+    EmptySplitError,
     Quarantined,
     SplitStats,
     read_spill,
@@ -94,7 +95,7 @@ from pipeline.data.corpora.tables import (
 from pipeline.data.text.normalize import mask_digits
 from pipeline.data.text.segment import char_tokens, jieba_chunk
 from pipeline.io.parallel import chunked, serial_map
-from pipeline.io.shards import make_schema
+from pipeline.io.shards import make_schema, scratch_dir
 
 SPLITS = ("train", "valid", "test")
 TOKENIZERS = ("whitespace", "moses", "chars", "jieba")
@@ -460,8 +461,12 @@ def assign_split(cfg: Config, bucket: float | None) -> str:
     return "valid" if bucket < cfg.test_fraction + cfg.valid_fraction else "train"
 
 
-def spill_train_file(cfg: Config, scratch: Path, stats: dict[str, SplitStats], map_chunks: Callable) -> dict[str, Path]:
-    """One pass over the train file: each chunk's items spilled to its split's scratch file."""
+def spill_train_file(
+    cfg: Config, scratch: Path, stats: dict[str, SplitStats], map_chunks: Callable, counts: Counter | None = None
+) -> dict[str, Path]:
+    """One pass over the train file: each chunk's items spilled to its split's scratch file (how many
+    rows went to each split added to ``counts``, quarantined records under ``quarantined:<reason>``)."""
+    counts = Counter() if counts is None else counts
     splits = ["train", *cfg.hashed()]
     paths = {s: scratch / f"{s}.pkl" for s in splits}
     handles = {s: open(p, "wb") for s, p in paths.items()}
@@ -470,9 +475,10 @@ def spill_train_file(cfg: Config, scratch: Path, stats: dict[str, SplitStats], m
         chunks = chunked(records(cfg, "train"), cfg.chunk_size)
         for result in map_chunks(functools.partial(rows_chunk, spec), chunks):
             pairs = []
-            for item, counts, bucket in result:
+            for item, item_counts, bucket in result:
                 split = assign_split(cfg, bucket)
-                _count(stats[split], counts)
+                _count(stats[split], item_counts)
+                counts[split if bucket is not None else f"quarantined:{item.reason}"] += 1
                 pairs.append((split, item))
             spill_by_split(pairs, handles)
     finally:
@@ -496,13 +502,32 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     if not cfg.hashed():
         streams = {s: file_stream(cfg, s, stats[s], map_chunks) for s in splits}
         return write_corpus(out_root, streams, SCHEMA, params=cfg.manifest_params(), stats=stats, sources=sources)
-    out_root.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out_root.name}.spill-", dir=out_root.parent) as scratch:
-        spilled = spill_train_file(cfg, Path(scratch), stats, map_chunks)
+    with scratch_dir(out_root.parent, f".{out_root.name}.spill-") as scratch:  # a killed run's: removed here
+        counts: Counter = Counter()
+        spilled = spill_train_file(cfg, scratch, stats, map_chunks, counts)
+        rows = {s: counts[s] for s in ["train", *cfg.hashed()]}
+        if not sum(rows.values()):  # every record of the file quarantined: say so, not "no record reached valid"
+            reasons = ", ".join(f"{k.split(':', 1)[1]} {n}" for k, n in sorted(counts.items()) if n)
+            what = f"no split would have rows: every record of the train file was quarantined ({reasons or 'none'})"
+            if reasons.startswith("invalid_utf8") and "," not in reasons:
+                what += ": the file is not UTF-8 (Latin-1? convert it, e.g. iconv -f LATIN1 -t UTF-8)"
+            raise EmptySplitError("train", sources["train"], what)
+        empty = [s for s in cfg.hashed() if not rows[s]]
+        if empty:
+            raise EmptySplitError(empty[0], sources[empty[0]], _fraction_selected_none(cfg, empty[0], rows))
         streams = {
             s: spill_stream(spilled[s]) if s in spilled else file_stream(cfg, s, stats[s], map_chunks) for s in splits
         }
         return write_corpus(out_root, streams, SCHEMA, params=cfg.manifest_params(), stats=stats, sources=sources)
+
+
+def _fraction_selected_none(cfg: Config, split: str, counts: Counter) -> str:
+    n, fraction = sum(counts.values()), getattr(cfg, f"{split}_fraction")
+    return (
+        f"the {split} split would have no rows: {split}_fraction {fraction} of the train file's {n} records selected "
+        f"none (about {fraction * n:.2f} expected): raise {split}_fraction (tasks add --{split}-fraction) to at least "
+        f"{min(0.5, 10 / n):.3g}, or give a {split} file"
+    )
 
 
 # --------------------------------------------------------------------------- #

@@ -112,11 +112,26 @@ def _head(raw: bytes | str) -> str:
     return text[:PREVIEW].replace("\x00", "\\x00")
 
 
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _not_utf16(path: Path, first: bytes) -> None:
+    """A file that starts with a UTF-16 byte-order mark is an error naming the encoding (every line
+    of it would otherwise be quarantined as invalid UTF-8, one by one)."""
+    if first.startswith(UTF16_BOMS):
+        raise CorpusFormatError(
+            path,
+            1,
+            f"the file is UTF-16 (its byte-order mark), not UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8 {path.name}",
+        )
+
+
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """``(line number, raw line without its line end)``, BOM removed from line 1."""
+    """``(line number, raw line without its line end)``, BOM removed from line 1 (a UTF-16 file: an error)."""
     with open_input(path) as fh:
         for number, raw in enumerate(fh, start=1):
             if number == 1:
+                _not_utf16(path, raw)
                 raw = raw.removeprefix(BOM)
             yield number, raw.rstrip(b"\n").removesuffix(b"\r")
 
@@ -149,6 +164,14 @@ def _indices(path: Path, columns: Columns, names: Sequence[str] | None, n_fields
         missing = [c for c in wanted if not isinstance(c, str) or c not in names]
         if missing:
             raise _not_found(path, 1, missing, names)
+        twice = [c for c in wanted if list(names).count(c) > 1]
+        if twice:
+            fields = [i for i, n in enumerate(names) if n == twice[0]]
+            raise CorpusFormatError(
+                path,
+                1,
+                f"the header names column {twice[0]!r} {len(fields)} times (fields {fields}, 0-based): rename one",
+            )
         return [list(names).index(c) for c in wanted]
     bad = [c for c in wanted if not isinstance(c, int) or isinstance(c, bool) or not 0 <= c < (n_fields or 0)]
     if bad:
@@ -166,6 +189,9 @@ def _indices(path: Path, columns: Columns, names: Sequence[str] | None, n_fields
 def text_records(paths: Sequence[Path]) -> Iterator[RawRecord]:
     """One record per line of line-aligned files (source, target, reference files), as bytes."""
     names = tuple(Path(p).name for p in paths)
+    for path in paths:
+        with open_input(Path(path)) as fh:
+            _not_utf16(Path(path), fh.readline()[:2])
     for number, raw in iter_aligned([Path(p) for p in paths]):
         yield RawRecord(number, names, tuple(raw))
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from pathlib import Path
 import pyarrow as pa
 import sentencepiece as spm
 
+from pipeline.config.validation import SettingsError
 from pipeline.io.files import atomic_path, sha256_file, write_text_atomic
 from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import BASE_SCHEMA_FIELDS, QUARANTINE_NAME, ShardWriter, read_manifest, read_split
@@ -118,7 +120,33 @@ def train_sentencepiece_from_corpus(
     One joint model for the ``columns`` (source and target by default): identical words get
     identical pieces on both sides, which is what a copy mechanism needs.
     """
-    return train_sentencepiece(split_texts(Path(corpus_root) / "train", columns), model_prefix, vocab_size, **kwargs)
+    try:
+        return train_sentencepiece(
+            split_texts(Path(corpus_root) / "train", columns), model_prefix, vocab_size, **kwargs
+        )
+    except RuntimeError as err:  # sentencepiece's internal errors, as a setting's message
+        raise vocab_size_error(err, vocab_size) from err
+
+
+def vocab_size_error(err: RuntimeError, vocab_size: int) -> Exception:
+    """sentencepiece's refusal of a vocabulary size for this data (too large for so little text, or
+    smaller than the characters it must keep) as a :class:`SettingsError` naming the setting and the
+    size that works; any other error as it is."""
+    text = str(err)
+    high = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", text)
+    if high:
+        return SettingsError(
+            f"subword.vocab_size {vocab_size} is too large for this train split: sentencepiece can make at most "
+            f"{high.group(2)} pieces of it; set subword.vocab_size (tasks add --subword) to {high.group(2)} or less, "
+            "or give more training data"
+        )
+    low = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", text)
+    if low:
+        return SettingsError(
+            f"subword.vocab_size {vocab_size} is smaller than the {low.group(2)} pieces sentencepiece must keep for "
+            f"this train split (its characters and 256 byte pieces): set subword.vocab_size above {low.group(2)}"
+        )
+    return err
 
 
 # --------------------------------------------------------------------------- #

@@ -295,7 +295,7 @@ def test_prepare_stage_reads_the_task_through_params(tmp_path):
     manifests = write_job(prepare_job("mine", str(tmp_path / "params.yaml")), serial_map)
     assert {s: m["rows"] for s, m in manifests.items()} == {"train": 3, "valid": 1, "test": 2}
     written = json.loads((tmp_path / "data/shards/mine/test/manifest.json").read_text())
-    assert written["params"]["test_file"] == str(raw / "test.tsv")
+    assert written["params"]["test_file"] == "data/raw/mine/test.tsv"  # relative: the same bytes in any checkout
 
 
 def test_parquet_cells_are_checked_like_lines(tmp_path):

@@ -69,7 +69,7 @@ def test_serving_config_checks_its_limits() -> None:
 
     with pytest.raises(ValueError, match="unknown serving settings \\['max_beams'\\]"):
         ServingConfig.from_params(TASK, "copynet", {"reader": "copynet_rules"}, {}, {"max_beams": 3})
-    with pytest.raises(ValueError, match="default beam_size=10 .* over the serving limit max_beam_size=4"):
+    with pytest.raises(ValueError, match="beam_size=10 is over the serving limit serving.max_beam_size=4"):
         ServingConfig.from_params(TASK, "copynet", {"reader": "copynet_rules"}, {"beam_size": 10}, LIMITS)
     with pytest.raises(ValueError, match="max_src_tokens=0, request_timeout_s=-1"):
         serving_config("copynet", max_src_tokens=0, request_timeout_s=-1)
