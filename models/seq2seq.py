@@ -47,6 +47,7 @@ Validation (eval mode) always scores log p(y_t), the same quantity for every mec
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -196,33 +197,27 @@ class OutputLayer(nn.Module):
     def project(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         """linear(x) with the unemittable words at NEG, in at least float32: (..., In) -> (..., V).
 
-        Without gradients (search, validation) the product reads a transposed copy of the weight,
-        (In, V) contiguous, kept while the weight is unchanged (``_decoding_copy``): a search step
-        multiplies a few rows by the whole (V, In) weight, and MKL streams the transposed layout
-        2-4x faster there (one row at V = 16,000: 1.0-1.9 ms against 3.9-4.2; ten rows 5.6-6.0
-        against 8.8-10.0; the same bits, benchmarks/bench_vs_onmt.py measures the decoding)."""
-        if torch.is_grad_enabled():
+        Inside a search (:func:`frozen_for_search`), the product reads a transposed copy of the
+        weight, (In, V) contiguous, made once per search: a search step multiplies a few rows by the
+        whole (V, In) weight, and MKL streams the transposed layout 2-4x faster there (one row at
+        V = 16,000: 1.0-1.9 ms against 3.9-4.2; ten rows 5.6-6.0 against 8.8-10.0), with the same
+        bits. Only there: a copy kept across calls could outlive an optimizer step (fused Adam
+        updates the weights without moving their version counter)."""
+        if self._search_copies is None:
             bias = self.unemittable_bias(linear.out_features, linear.weight)
             return at_least_fp32(F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias))
-        weight_t, bias = self._decoding_copy(linear)  # (In, V), (V,)
-        out = torch.addmm(bias, x.reshape(-1, x.size(-1)), weight_t)  # (N, V)
+        held = self._search_copies.get(id(linear))
+        if held is None:
+            bias = self.unemittable_bias(linear.out_features, linear.weight)
+            held = (
+                linear.weight.detach().t().contiguous(),
+                bias if linear.bias is None else linear.bias.detach() + bias,
+            )
+            self._search_copies[id(linear)] = held
+        out = torch.addmm(held[1], x.reshape(-1, x.size(-1)), held[0])  # (N, V)
         return at_least_fp32(out.view(*x.shape[:-1], out.size(-1)))
 
-    def _decoding_copy(self, linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weight^T contiguous (In, V), bias with the unemittable words at NEG (V,)) of ``linear``,
-        made again whenever its weight or bias changed (version counter, device, dtype) since."""
-        weight, bias = linear.weight, linear.bias
-        key = (weight, weight._version, None if bias is None else bias._version)
-        cache = self.__dict__.setdefault("_decoding_copies", {})
-        held = cache.get(id(linear))
-        if held is None or held[0][0] is not weight or held[0][1:] != key[1:]:
-            with torch.no_grad():
-                full = self.unemittable_bias(linear.out_features, weight)
-                if bias is not None:
-                    full = bias + full
-                held = (key, weight.detach().t().contiguous(), full)
-            cache[id(linear)] = held
-        return held[1], held[2]
+    _search_copies: dict | None = None  # id(linear) -> (weight^T, bias), inside frozen_for_search only
 
     def project_gold(self, x: torch.Tensor, linear: nn.Linear, target: torch.Tensor) -> torch.Tensor | None:
         """``self.project(x, linear)`` at the ids ``target`` (clamped to V - 1), (B, T), computed from the
@@ -243,6 +238,23 @@ class OutputLayer(nn.Module):
     def mask_unemittable(self, scores: torch.Tensor) -> torch.Tensor:
         """scores (..., V) with <pad>, <s> and words past the shortlist at NEG (see ``unemittable_bias``)."""
         return scores + self.unemittable_bias(scores.size(-1), scores)
+
+
+@contextmanager
+def frozen_for_search(model: nn.Module):
+    """A search's scope: the weights do not change until it ends, so output layers may keep
+    search-friendly copies of them (``OutputLayer.project``); dropped on leaving. Nested uses keep
+    the outer scope's copies."""
+    target = model if isinstance(model, nn.Module) else getattr(model, "model", None)  # a wrapper's model
+    modules = target.modules() if isinstance(target, nn.Module) else ()
+    layers = [m for m in modules if isinstance(m, OutputLayer) and m._search_copies is None]
+    for layer in layers:
+        layer._search_copies = {}
+    try:
+        yield model
+    finally:
+        for layer in layers:
+            layer._search_copies = None
 
 
 def shared_softmax(gen: torch.Tensor, copy: torch.Tensor) -> Scores:
