@@ -18,27 +18,17 @@ each copied surface put back where its <unk> stands; metrics read that text's wo
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 
 from models.backbone_ids import project_token_ids, special_token_ids
-from pipeline.io.files import write_json_atomic
+from pipeline.io.files import sha256_tree, write_json_atomic
 from pipeline.vocab.vocabulary import SPECIALS, UNK, Vocab
 
 TOKENIZER_DIR = "tokenizer"
 RECORD = "backbone.json"
-
-
-def files_sha256(directory: Path) -> str:
-    """sha256 over a directory's files (names and bytes, in name order)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in Path(directory).rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode("utf-8") + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 class BackboneTokenizer:
@@ -90,7 +80,7 @@ class BackboneTokenizer:
         record = {
             "backbone": self.name,
             "token_ids": self.token_ids,
-            "tokenizer_sha256": files_sha256(directory / TOKENIZER_DIR),
+            "tokenizer_sha256": sha256_tree(directory / TOKENIZER_DIR),
             "vocab_size": len(self.vocab),
         }
         write_json_atomic(directory / RECORD, record)
@@ -140,33 +130,25 @@ class BackboneTokenizer:
                 text = "".join(part + (surfaces[i] if i < len(surfaces) else "") for i, part in enumerate(parts))
         return text.strip()
 
-    def piece_table(self, table: pa.Table) -> pa.Table:
-        """A shard table (id, src, tgt, ...) as pieces: ``id``, ``src``, ``tgt`` (list<string> each); the
-        word-aligned pointer annotations do not apply to pieces and are left out."""
+    def piece_table(self, table: pa.Table, keep: Sequence[str] = ()) -> pa.Table:
+        """A shard table (id, src, tgt, ...) as pieces: ``id``, ``src``, ``tgt`` (list<string> each) and
+        the columns ``keep`` as they are; the word-aligned pointer annotations do not apply to pieces
+        and are left out."""
         lists = pa.list_(pa.string())
-        return pa.table(
-            {
-                "id": table.column("id"),
-                "src": pa.array(self.words_to_pieces(table.column("src").to_pylist()), type=lists),
-                "tgt": pa.array(self.words_to_pieces(table.column("tgt").to_pylist()), type=lists),
-            }
-        )
+        columns = {
+            "id": table.column("id"),
+            "src": pa.array(self.words_to_pieces(table.column("src").to_pylist()), type=lists),
+            "tgt": pa.array(self.words_to_pieces(table.column("tgt").to_pylist()), type=lists),
+        }
+        columns.update({c: table.column(c) for c in keep if c in table.column_names and c not in columns})
+        return pa.table(columns)
 
-
-def marked_text(tokenizer: BackboneTokenizer, pieces: Sequence[str], copied: Sequence[bool]) -> str:
-    """The detokenised output with each run of copied pieces in brackets: the text each piece adds is
-    found by decoding the prefixes (the decoders here extend a prefix's text)."""
-    out, previous, run = [], "", False
-    for k, flag in enumerate(copied):
-        text = tokenizer.detokenise(pieces[: k + 1])
-        added = text[len(previous) :]
-        if flag and not run:
-            lead = len(added) - len(added.lstrip())
-            added = added[:lead] + "[" + added[lead:]
-        if run and not flag:
-            out.append("]")
-        out.append(added)
-        previous, run = text, flag
-    if run:
-        out.append("]")
-    return "".join(out)
+    def spans(self, pieces: Sequence[str]) -> list[str]:
+        """The text each output piece adds to :meth:`detokenise`'s output (leading spaces kept), found by
+        decoding the prefixes; their concatenation is the output text."""
+        out, previous = [], ""
+        for k in range(len(pieces)):
+            text = self.detokenise(pieces[: k + 1])
+            out.append(text[len(previous) :] if text.startswith(previous) else text)
+            previous = text if text.startswith(previous) else previous + text
+        return out
