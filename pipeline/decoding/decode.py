@@ -161,7 +161,7 @@ def decode_words(
     for row, rec in enumerate(records):
         spans = tokenizer.spans(rec["pred"])
         rec["pieces"], rec["spans"] = rec["pred"], spans
-        rec["copied"] = [span for span, share in zip(spans, rec["copy_share"]) if share > 0.5]
+        rec["copied"] = [span for span, share in zip(spans, rec["copy_share"]) if share > 0.5 and span.strip()]
         rec["nbest"] = [tokenizer.detokenise(out).split() for out in rec["nbest"]]
         rec["pred"] = rec["nbest"][0] if rec["nbest"] else []
         rec["src"], rec["tgt"] = words["src"][row], words["tgt"][row]

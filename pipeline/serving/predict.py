@@ -130,7 +130,9 @@ def marked(tokens: list[str], copied: list[str], output: str) -> str:
     joiner = "" if len(tokens) > 1 and output == "".join(tokens) else " "  # LCSTS outputs have no spaces
     copied_set = set(copied)
     # a token that carries its leading space (a backbone's piece as the text it adds) keeps it outside
-    return joiner.join(f"{t[: len(t) - len(t.lstrip())]}[{t.lstrip()}]" if t in copied_set else t for t in tokens)
+    return joiner.join(
+        f"{t[: len(t) - len(t.lstrip())]}[{t.lstrip()}]" if t in copied_set and t.strip() else t for t in tokens
+    )
 
 
 def format_rows(frame: pd.DataFrame, show_copies: bool) -> list[str]:

@@ -18,6 +18,7 @@ from benchmarks.toy import TOY_SEEN, toy_copy_example
 from models.backbone import BackboneSeq2Seq
 from models.extended import NEG
 from models.registry import build_model, model_config
+from pipeline.decoding.decode import copy_shares
 from pipeline.decoding.search import beam_search, greedy
 from pipeline.training.checkpoints import load_model, save_atomic
 from pipeline.training.loop import nll_loss, parameter_groups
@@ -307,3 +308,29 @@ def test_copy_head_learns_what_the_backbone_alone_cannot(backbones):
         print(f"{name}: {time.perf_counter() - t0:.1f}s, exact match unseen / seen {scores[name]}")
     assert scores["backbone_lm"][0] == 0.0  # its outputs have <unk> where the U is
     assert scores["backbone_pointer_generator"][0] >= 0.5, scores
+
+
+def test_copy_shares_and_the_search_options(backbones):
+    """The copy share of each output token (what serving marks as copied): with p_gen pinned near 0 every
+    emitted source piece is copied (share 1), the backbone alone has no copy side (share 0). Beam search's
+    options act on a backbone as on every mechanism: ban_unk, n-gram blocking."""
+    path, tok = backbones["bart"]
+    batch = piece_batch(tok, tgts=None)
+    pg = pinned(backbone_model(path, tok, "backbone_pointer_generator", seed=1), "gate", -60.0).float()
+    lm = backbone_model(path, tok, "backbone_lm", seed=1).float()
+    outs = [nbest[0].ids for nbest in beam_search(pg, batch, beam_size=3, max_len=6)]
+    shares = copy_shares(pg, batch, outs)
+    checked = 0
+    for b, (ids, row) in enumerate(zip(outs, shares)):
+        source = set(batch.src_ext[b][batch.src[b] != PAD].tolist())
+        for y, share in zip(ids, row):
+            if y in source:
+                assert share > 0.999
+                checked += 1
+    assert checked > 0
+    assert all(share == 0.0 for row in copy_shares(lm, batch, outs) for share in row)
+    for nbest in beam_search(lm, batch, beam_size=3, max_len=10, ban_unk=True, block_ngram=2):
+        for hyp in nbest:
+            assert UNK not in hyp.ids
+            bigrams = list(zip(hyp.ids, hyp.ids[1:]))
+            assert len(bigrams) == len(set(bigrams))
