@@ -20,8 +20,12 @@ from models.extended import NEG
 from models.registry import build_model, model_config
 from pipeline.decoding.decode import copy_shares
 from pipeline.decoding.search import beam_search, greedy
+from pipeline.training import loop
 from pipeline.training.checkpoints import load_model, save_atomic
+from pipeline.training.distributed import ONE_PROCESS
 from pipeline.training.loop import nll_loss, parameter_groups
+from pipeline.training.schedule import LRSchedule
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate
 from pipeline.vocab.extended import ext_ids_to_tokens
 from pipeline.vocab.tiny_backbone import KINDS, make_tiny_backbone
@@ -334,3 +338,18 @@ def test_copy_shares_and_the_search_options(backbones):
             assert UNK not in hyp.ids
             bigrams = list(zip(hyp.ids, hyp.ids[1:]))
             assert len(bigrams) == len(set(bigrams))
+
+
+def test_the_heads_learning_rate_follows_the_schedule(backbones):
+    """One optimizer step of the training loop under warm-up: the backbone's group at the schedule's rate,
+    the head's at head_lr / train.lr times it (without ``lr_scale`` both would get the schedule's rate)."""
+    path, tok = backbones["bart"]
+    model = backbone_model(path, tok, "backbone_pointer_generator", head_lr=0.01).float().train()
+    cfg = TrainConfig(lr=0.001, warmup_steps=4)
+    optimizer = loop._optimizer(cfg, model, torch.device("cpu"))
+    schedule = LRSchedule(cfg.lr, cfg.warmup_steps)
+    loop._train_step(
+        model, model, optimizer, schedule, [piece_batch(tok)], cfg, torch.device("cpu"), ONE_PROCESS, loop.Progress()
+    )
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001 / 4)
+    assert optimizer.param_groups[1]["lr"] == pytest.approx(0.01 / 4)
