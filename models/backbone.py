@@ -53,7 +53,7 @@ from torch import nn
 from models.backbone_ids import IDENTITY_TOKEN_IDS, project_token_ids, special_token_ids  # noqa: F401 (re-exported)
 from models.config import ModelConfig, parse_options
 from models.seq2seq import OutputLayer, Seq2Seq, State, at_least_fp32
-from models.specials import PAD, UNK
+from models.specials import PAD, SPECIALS, UNK
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ def plain_config(config) -> dict:
 
 
 def load_pretrained(name: str):
-    """``(model, token ids)`` of a pretrained encoder-decoder: a local directory or a hub name,
-    safetensors weights only, no remote code, float32, eager attention."""
+    """``(model, token ids, project vocabulary size)`` of a pretrained encoder-decoder: a local directory
+    or a hub name, safetensors weights only, no remote code, float32, eager attention."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     try:
@@ -106,7 +106,8 @@ def load_pretrained(name: str):
             f"model.backbone {name!r}: cannot load it as a sequence-to-sequence model with safetensors weights "
             f"and a tokenizer ({first}); give a local directory (save_pretrained) or, with network access, a hub name"
         ) from None
-    return net, special_token_ids(net.config, tokenizer)
+    ids = special_token_ids(net.config, tokenizer)
+    return net, ids, len(SPECIALS) + len(tokenizer) - len({i for i in ids.values() if i < len(tokenizer)})
 
 
 def build_from_config(config: dict, vocab_size: int):
@@ -319,7 +320,13 @@ def build_backbone_model(cfg: ModelConfig, name: str, options_class: type, make_
         needed = max(project_token_ids(max(cfg.src_vocab, cfg.tgt_vocab), ids)) + 1
         net = build_from_config(opts.backbone_config, needed)
     elif cfg.backbone:
-        net, ids = load_pretrained(cfg.backbone)
+        net, ids, size = load_pretrained(cfg.backbone)
+        if (cfg.src_vocab, cfg.tgt_vocab) != (size, size):
+            raise ValueError(
+                f"{name} on {cfg.backbone}: its tokenizer gives a vocabulary of {size} ids, the model was given "
+                f"{cfg.src_vocab} (source) and {cfg.tgt_vocab} (target): use the vocabulary the vocab stage wrote "
+                "for this backbone (data/vocab/<task>/backbones/<name>/), not a word vocabulary"
+            )
         options = {**cfg.options, "backbone_config": plain_config(net.config), "token_ids": ids}
         cfg = replace(cfg, options=options)
         opts = parse_options(options_class, options, name)

@@ -353,3 +353,12 @@ def test_the_heads_learning_rate_follows_the_schedule(backbones):
     )
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.001 / 4)
     assert optimizer.param_groups[1]["lr"] == pytest.approx(0.01 / 4)
+
+
+def test_a_word_vocabulary_on_a_backbone_is_refused(backbones):
+    """A backbone row given another vocabulary than its tokenizer's (e.g. the task's word vocabulary: its
+    ids would name other pieces) is an error naming the vocabulary to use, never a silently wrong model."""
+    path, tok = backbones["t5"]
+    cfg = model_config({"backbone": str(path)}, "backbone_copynet", src_vocab=54, tgt_vocab=54)
+    with pytest.raises(ValueError, match="vocab stage wrote for this backbone"):
+        build_model("backbone_copynet", cfg)
