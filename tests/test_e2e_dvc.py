@@ -119,7 +119,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     assert set(info["children"]) == set(mechs) and len(set(info["children"].values())) == 1
     assert None not in info["children"].values()
     assert info["n_versions"] == len(mechs)
-    expected_bases = {m: variants.get(m, m) for m in mechs}
+    expected_bases = {m: {**variants, **BACKBONE_ROWS}.get(m, m) for m in mechs}
     assert info["bases"] == expected_bases and info["registered"] == expected_bases
     top1 = {
         m: json.loads((repo / f"data/eval/runs/copy_rules/{m}/metrics.json").read_text())["test"]["top1"] for m in mechs
