@@ -45,7 +45,7 @@ from benchmarks.bench_mechanisms import NoEarlyEos  # noqa: E402
 from benchmarks.bench_training import _sync, batches_for, train_steps  # noqa: E402
 from benchmarks.gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from models.registry import DISPLAY_NAMES, MECHANISMS, build_model  # noqa: E402
+from models.registry import DISPLAY_NAMES, MECHANISMS, build_model, runs_on_backbone  # noqa: E402
 from pipeline.decoding.search import beam_search, greedy  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
 from pipeline.vocab.batching import token_batches  # noqa: E402
@@ -58,7 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
-    p.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
+    own = [m for m in MECHANISMS if not runs_on_backbone(m)]  # backbone_*: benchmarks/bench_backbones.py
+    p.add_argument("--mechanisms", nargs="+", default=own, choices=own)
     p.add_argument("--vocabs", nargs="+", type=int, default=[16000, 50000])
     p.add_argument("--sizes", nargs="+", default=["150x300", "512x512"], help="EMBxHIDDEN")
     p.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16"])

@@ -30,7 +30,7 @@ from benchmarks.decoders import add_decoder_args, decoder_sizes, label  # noqa: 
 from benchmarks.decoders import rows as decoder_rows  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.extended import NEG  # noqa: E402
-from models.registry import MECHANISMS, build_model  # noqa: E402
+from models.registry import MECHANISMS, build_model, runs_on_backbone  # noqa: E402
 from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples, regular_symbol  # noqa: E402
 from pipeline.decoding.search import beam_search, greedy  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device
@@ -43,7 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
+    own = [m for m in MECHANISMS if not runs_on_backbone(m)]  # backbone_*: benchmarks/bench_backbones.py
+    p.add_argument("--mechanisms", nargs="+", default=own, choices=own)
     p.add_argument("--emb", type=int, default=150)
     p.add_argument("--hidden", type=int, default=300)
     p.add_argument("--batch", type=int, default=64, help="training batch and decoding batch size")

@@ -52,6 +52,9 @@ class ModelConfig:
     decoder_layers: int = 2  # transformer decoder layers (decoder: transformer)
     decoder_heads: int = 4  # transformer decoder heads; must divide hidden
     decoder_ff: int | None = None  # transformer decoder feed-forward size (None: 4 * hidden)
+    # A pretrained Hugging Face encoder-decoder (a local directory or a hub name) for the mechanisms that
+    # run on one (models/backbone_heads.py); the others refuse it (models.registry.model_config).
+    backbone: str | None = None
     options: dict = field(default_factory=dict)  # the mechanism's own settings (model.<mechanism>)
 
     def __post_init__(self) -> None:
@@ -67,6 +70,8 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"model.{name} must be a positive integer or null, not {value!r}")
+        if self.backbone is not None and (not isinstance(self.backbone, str) or not self.backbone):
+            raise ValueError(f"model.backbone must be a directory or a hub name, or null, not {self.backbone!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), not {self.dropout!r}")
         # (transformer_heads against 2 * encoder_hidden: checked by the encoder a mechanism builds, since

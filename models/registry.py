@@ -53,6 +53,12 @@ def reads_source_words(name: str, cfg: ModelConfig) -> bool:
     return mechanism(name).reads_source_words(cfg.options)
 
 
+def runs_on_backbone(name: str) -> bool:
+    """Whether mechanism ``name`` runs on a pretrained encoder-decoder (``model.backbone``): its options
+    record the backbone's config (models/backbone.py), so its vocabulary is the backbone's tokenizer."""
+    return "backbone_config" in mechanism(name).own_keys()
+
+
 SHARED = frozenset(f.name for f in fields(ModelConfig)) - {"options"}  # sizes every mechanism shares
 
 
@@ -76,6 +82,12 @@ def model_config(section: dict, mechanism: str | None = None, **sizes) -> ModelC
         return ModelConfig(**{**own, **sizes})
     lifted, options = split_section(mechanism, rest.get(mechanism) or {})
     cfg = ModelConfig(**{**own, **lifted, **sizes}, options=options)
+    if cfg.backbone is not None and not runs_on_backbone(mechanism):
+        raise ValueError(
+            f"model.backbone is set ({cfg.backbone!r}) but {mechanism} does not run on a pretrained backbone "
+            "(those that do: " + ", ".join(sorted(n for n in DECLARED if runs_on_backbone(n))) + "); "
+            "set it in the backbone rows' variants only"
+        )
     accepted = DECLARED[mechanism].decoders
     if cfg.decoder not in accepted:
         raise ValueError(

@@ -95,9 +95,14 @@ def tiny_params() -> dict:
 
 
 def assert_gradients_reach_every_parameter(model, zero_pad_rows: tuple[str, ...] = ("tgt_emb",)) -> None:
-    """After ``loss.backward()``: every parameter has a finite, non-zero gradient, and the ``<pad>``
-    row of each named embedding gets none (``padding_idx``)."""
+    """After ``loss.backward()``: every trainable parameter has a finite, non-zero gradient, and the
+    ``<pad>`` row of each named embedding gets none (``padding_idx``). A parameter the model freezes
+    (``requires_grad`` false: a pretrained backbone's fixed positions, or its key biases, which no
+    gradient reaches) is left out."""
     for name, p in model.named_parameters():
+        if not p.requires_grad:
+            assert p.grad is None, name
+            continue
         assert p.grad is not None, name
         assert torch.isfinite(p.grad).all(), name
         assert p.grad.abs().max().item() > 0, name
@@ -446,8 +451,12 @@ def check_checkpoint_round_trip(model, name: str, batch, path: Path) -> None:
 
 
 def search_model(name: str, device, seed: int = 0, scale: float = 3.0):
-    """Mechanism ``name`` (its default options) on the search's tiny vocabularies."""
-    return toy_model(name, SEARCH_SRC_VOCAB, SEARCH_TGT_VOCAB, seed=seed, scale=scale, emb=8, hidden=16).to(device)
+    """Mechanism ``name`` under its first declared option set (its defaults, ``{}``, for a mechanism
+    that needs none; a backbone's config for one that runs on a backbone) on the search's tiny
+    vocabularies."""
+    shared, own = registry.split_section(name, dict(registry.mechanism(name).variants[0]))
+    sizes = {"emb": 8, "hidden": 16, **shared}
+    return toy_model(name, SEARCH_SRC_VOCAB, SEARCH_TGT_VOCAB, seed=seed, scale=scale, config=sizes, **own).to(device)
 
 
 def search_batch(device, srcs: list[list[str]] = SEARCH_SRCS):

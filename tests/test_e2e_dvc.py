@@ -15,6 +15,8 @@ import yaml
 
 from models.registry import DISPLAY_NAMES
 from pipeline.config.variants import display_names
+from pipeline.data.corpora.copynet_rules import regular_symbol
+from pipeline.vocab.tiny_backbone import make_tiny_backbone
 from tests.helpers import repository_copy, tiny_params
 
 pytestmark = pytest.mark.slow
@@ -26,10 +28,28 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> str:
     return proc.stdout + proc.stderr
 
 
+# One pretrained-backbone row (every stage again costs about a minute per row here); its backbone-alone
+# row and the other heads run the same code paths, checked in tests/models/test_backbone.py.
+BACKBONE_ROWS = {"pointer_generator_bart": "backbone_pointer_generator"}
+
+
+def e2e_params(backbone: Path) -> dict:
+    """The tiny params plus a pretrained-backbone row on a tiny BART-shaped backbone (fresh weights, a
+    tokenizer trained on the task's own symbols)."""
+    params = tiny_params()
+    for name in BACKBONE_ROWS:
+        params["variants"][name]["model"]["backbone"] = str(backbone)
+    params["mechanisms"] = [*params["mechanisms"], *BACKBONE_ROWS]
+    return params
+
+
 @pytest.fixture(scope="module")
-def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
-    dst = tmp_path_factory.mktemp("e2e") / "repo"
-    return dst, repository_copy(dst, tiny_params())
+def repo_copy(tmp_path_factory) -> tuple[Path, dict, dict]:
+    root = tmp_path_factory.mktemp("e2e")
+    texts = [" ".join(regular_symbol(i) for i in range(k, 1000, 7)) for k in range(7)]  # s0 .. s999, no u*
+    backbone = make_tiny_backbone("bart", texts, root / "tiny_bart", d_model=32, layers=2, heads=2, vocab_size=300)
+    params = e2e_params(backbone)
+    return root / "repo", {**repository_copy(root / "repo", params), "HF_HUB_OFFLINE": "1"}, params
 
 
 def changed_stages(repo: Path, env: dict) -> set[str]:
@@ -38,10 +58,10 @@ def changed_stages(repo: Path, env: dict) -> set[str]:
 
 
 def test_dvc_repro_end_to_end(repo_copy):
-    repo, env = repo_copy
+    repo, env, params_used = repo_copy
     out = run(["scripts/with_prefect_server.sh", "dvc", "repro"], repo, env, timeout=1200)
 
-    mechs = tuple(tiny_params()["mechanisms"])  # every mechanism of the default params and the two variants
+    mechs = tuple(params_used["mechanisms"])  # every mechanism of the default params, the variants, the backbone rows
     assert {"encdec", "rnnsearch", "copynet", "pointer_softmax", "wean", "read_again", "pointer_generator"} <= set(
         mechs
     )
@@ -58,7 +78,7 @@ def test_dvc_repro_end_to_end(repo_copy):
         assert metrics["test"]["n"] == 20
         assert (repo / f"data/eval/runs/copy_rules/{mech}/heatmap.png").exists()
     table = (repo / "data/eval/comparison/copy_rules.md").read_text()
-    display = {**DISPLAY_NAMES, **display_names(tiny_params(), DISPLAY_NAMES)}
+    display = {**DISPLAY_NAMES, **display_names(params_used, DISPLAY_NAMES)}
     assert all(f"| {display[m]} (ours) |" in table for m in mechs)
     assert "| CopyNet (Transformer decoder) (ours) |" in table and "| CopyNet (paper) |" in table
     assert "Transformer decoder) (paper)" not in table  # the papers' rows are the bases' only
@@ -66,6 +86,17 @@ def test_dvc_repro_end_to_end(repo_copy):
         ckpt = torch.load(repo / f"data/checkpoints/copy_rules/{variant}/model.pt", weights_only=True)
         assert (ckpt["mechanism"], ckpt["variant"], ckpt["model_config"]["decoder"]) == (base, variant, "transformer")
     assert (repo / "data/eval/comparison/copy_rules.png").exists()
+    # The backbone rows: the vocab stage recorded the tokenizer (and its hash) and encoded the splits in
+    # its pieces; model.pt records the backbone's config, so it loads without the backbone's directory.
+    record = json.loads(next((repo / "data/vocab/copy_rules/backbones").glob("*/backbone.json")).read_text())
+    assert record["backbone"] == params_used["variants"]["pointer_generator_bart"]["model"]["backbone"]
+    assert len(record["tokenizer_sha256"]) == 64
+    for row, base in BACKBONE_ROWS.items():
+        ckpt = torch.load(repo / f"data/checkpoints/copy_rules/{row}/model.pt", weights_only=True)
+        assert (ckpt["mechanism"], ckpt["variant"]) == (base, row)
+        assert ckpt["model_config"]["options"]["backbone_config"]["model_type"] == "bart"
+        unseen = json.loads((repo / f"data/eval/runs/copy_rules/{row}/metrics.json").read_text())["test_unseen"]
+        assert unseen["n"] > 0
 
     # MLflow: one experiment, one parent run, a child per mechanism; every model registered, and the
     # champion alias on the version with the best test top-1 (the task's champion metric).
@@ -88,7 +119,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     assert set(info["children"]) == set(mechs) and len(set(info["children"].values())) == 1
     assert None not in info["children"].values()
     assert info["n_versions"] == len(mechs)
-    expected_bases = {m: variants.get(m, m) for m in mechs}
+    expected_bases = {m: {**variants, **BACKBONE_ROWS}.get(m, m) for m in mechs}
     assert info["bases"] == expected_bases and info["registered"] == expected_bases
     top1 = {
         m: json.loads((repo / f"data/eval/runs/copy_rules/{m}/metrics.json").read_text())["test"]["top1"] for m in mechs
@@ -98,7 +129,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
 
     # The predict command answers raw text with a checkpoint directly, a variant's too (its model.pt
     # says what to build), as its evaluate stage did.
-    for mech in ("copynet", "copynet_transformer"):
+    for mech in ("copynet", "copynet_transformer", "pointer_generator_bart"):
         src = (repo / f"data/eval/runs/copy_rules/{mech}/predictions/test.jsonl").read_text().splitlines()[0]
         line = " ".join(json.loads(src)["src"])
         proc = subprocess.run(
@@ -155,7 +186,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     would_run = set(re.findall(r"Running stage '([^']+)'", dry))
     assert {f"train@copy_rules-{m}" for m in mechs} <= would_run
     assert all(s.split("@")[0] in {"train", "evaluate", "compare"} for s in would_run), would_run
-    (repo / "params.yaml").write_text(yaml.safe_dump(tiny_params(), sort_keys=False))
+    (repo / "params.yaml").write_text(yaml.safe_dump(params_used, sort_keys=False))
     assert changed_stages(repo, env) == set()
 
     # One train stage on two processes (torchrun, DDP on gloo): only that stage reruns, rank 0 writes.
@@ -165,7 +196,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "train@copy_rules-copynet"], repo, env, timeout=900)
     assert re.findall(r"Running stage '([^']+)'", out) == ["train@copy_rules-copynet"]
     history = json.loads((repo / "data/checkpoints/copy_rules/copynet/history.json").read_text())
-    assert [r["processes"] for r in history] == [2] * (1 + tiny_params()["train"]["epochs"])  # step 0 + epochs
+    assert [r["processes"] for r in history] == [2] * (1 + params_used["train"]["epochs"])  # step 0 + epochs
     assert (repo / "data/checkpoints/copy_rules/copynet/model.pt").exists()
     run(["git", "checkout", "params.yaml", "dvc.lock"], repo, env)
     run(["dvc", "checkout"], repo, env)

@@ -11,11 +11,12 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
+from models.extended import NEG, gold_log_probs
 from pipeline.decoding.search import beam_search, check_interrupt, greedy
 from pipeline.decoding.settings import EvalConfig
 from pipeline.vocab.batching import batch_from_rows, row_lengths, token_batches
 from pipeline.vocab.extended import ext_ids_to_tokens
-from pipeline.vocab.vocabulary import SPECIALS, UNK, Vocab
+from pipeline.vocab.vocabulary import BOS, PAD, SPECIALS, UNK, Vocab
 
 UNK_TOKEN = SPECIALS[UNK]
 
@@ -30,10 +31,13 @@ def decode_table(
     desc: str = "decode",
     deadline: float | None = None,
     stop: threading.Event | None = None,
+    shares: bool = False,
 ) -> list[dict]:
     """Beam-search every row; returns prediction records in the table's row order. ``deadline`` (a
     ``time.monotonic()`` value) / ``stop`` (an event): checked before every batch and decoding step,
-    :class:`pipeline.decoding.search.DecodeTimeout` / :class:`pipeline.decoding.search.DecodeCancelled` when hit."""
+    :class:`pipeline.decoding.search.DecodeTimeout` / :class:`pipeline.decoding.search.DecodeCancelled` when hit.
+    ``shares``: each record also has ``copy_share``, per token of the best output the share of its
+    probability that copying gave (:func:`copy_shares`)."""
     extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
     records: list[dict | None] = [None] * table.num_rows
     batches = token_batches(*row_lengths(table), cfg.batch_size)
@@ -54,6 +58,7 @@ def decode_table(
             ban_unk=cfg.ban_unk,
             keep_attention=cfg.replace_unk,
         )
+        best_shares = copy_shares(model, batch, [hyps[0].ids for hyps in nbest]) if shares else None
         for i, row in enumerate(rows):
             outs = [ext_ids_to_tokens(h.ids, batch.oovs[i], tgt_vocab) for h in nbest[i]]
             if cfg.replace_unk:
@@ -67,6 +72,8 @@ def decode_table(
                 "scores": [round(h.score, 4) for h in nbest[i]],
                 "copied": [tok for tok in outs[0] if tok in batch.oovs[i]],
             }
+            if best_shares is not None:
+                rec["copy_share"] = best_shares[i][: len(outs[0])]
             for col in extra_cols:
                 rec[col] = batch.extra[col][i]
             records[row] = rec
@@ -108,3 +115,54 @@ def copy_trace(
         "kind": kind,
         "gold": batch.tgt_tokens[0],
     }
+
+
+@torch.no_grad()
+def copy_shares(model, batch, outputs: list[list[int]]) -> list[list[float]]:
+    """For each example's output (extended ids, as search returns them), per token the share of its
+    probability that the copy side gave: p_copy(y_t) / p(y_t), from the output layer's scores with the
+    output as the decoder's input (teacher forcing). 0 for every token of a layer that cannot copy.
+    Pointer-generator: (1 - p_gen) sum_{x_j = y} a_j over the mixture; CopyNet: the copy mode's share
+    of eq. 4; Pointer Softmax: the location side's."""
+    device = batch.src.device
+    width = max(1, max((len(ids) for ids in outputs), default=0))
+    tgt_in = torch.full((batch.size, width), PAD, dtype=torch.long, device=device)
+    target = torch.full((batch.size, width), PAD, dtype=torch.long, device=device)
+    for b, ids in enumerate(outputs):
+        seq = torch.tensor(ids, dtype=torch.long, device=device)
+        target[b, : len(ids)] = seq
+        tgt_in[b, 0] = BOS
+        tgt_in[b, 1 : len(ids)] = seq[: len(ids) - 1]
+    view = model.teacher_forced(model.encode(batch), tgt_in)
+    scores = model.output.score_all(view["s"], view["context"], view)
+    if scores.copy is None:
+        return [[0.0] * len(ids) for ids in outputs]
+    total = gold_log_probs(
+        scores.gen, scores.gen_shift, scores.copy, scores.copy_shift, view["src_ext"], view["src_mask"], target
+    )
+    no_gen = torch.full_like(scores.gen, NEG)
+    copied = gold_log_probs(no_gen, None, scores.copy, scores.copy_shift, view["src_ext"], view["src_mask"], target)
+    share = (copied - total).exp().clamp(0.0, 1.0)  # (B, T)
+    return [share[b, : len(ids)].tolist() for b, ids in enumerate(outputs)]
+
+
+def decode_words(
+    model, table: pa.Table, tokenizer, cfg: EvalConfig, device: torch.device, desc: str = "decode", **limits
+) -> list[dict]:
+    """:func:`decode_table` for a model on a pretrained backbone: the rows' tokens (words) become the
+    tokenizer's pieces, are decoded, and the outputs go back to text. Each record as decode_table's,
+    with ``src``/``tgt`` the row's words, ``pred``/``nbest`` the output texts' words, ``pieces`` the best
+    output's pieces, ``spans`` the text each adds, and ``copied`` the spans of those mostly copied
+    (``copy_share`` > 1/2)."""
+    extra = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
+    pieces = tokenizer.piece_table(table, keep=extra)
+    records = decode_table(model, pieces, tokenizer.vocab, tokenizer.vocab, cfg, device, desc, shares=True, **limits)
+    words = {c: table.column(c).to_pylist() for c in ("src", "tgt")}
+    for row, rec in enumerate(records):
+        spans = tokenizer.spans(rec["pred"])
+        rec["pieces"], rec["spans"] = rec["pred"], spans
+        rec["copied"] = [span for span, share in zip(spans, rec["copy_share"]) if share > 0.5 and span.strip()]
+        rec["nbest"] = [tokenizer.detokenise(out).split() for out in rec["nbest"]]
+        rec["pred"] = rec["nbest"][0] if rec["nbest"] else []
+        rec["src"], rec["tgt"] = words["src"][row], words["tgt"][row]
+    return records

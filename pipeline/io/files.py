@@ -64,6 +64,19 @@ def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def sha256_tree(directory: str | Path) -> str:
+    """sha256 over a directory's files (relative names and bytes, in name order); a file's own
+    sha256_file when ``directory`` is a file."""
+    directory = Path(directory)
+    if directory.is_file():
+        return sha256_file(directory)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode("utf-8") + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def write_jsonl_atomic(path: str | Path, records: list[dict]) -> None:
     """Atomically write one JSON object per line (UTF-8, not ASCII-escaped) to ``path``."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:

@@ -36,8 +36,10 @@ import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
+from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import load_params, project_root
 from pipeline.config.tasks import effective_params
+from pipeline.config.variants import resolve
 from pipeline.io.files import atomic_path
 from pipeline.serving.predictor import InputRejected, ServingConfig
 from pipeline.serving.pyfunc import local_model
@@ -101,7 +103,13 @@ def checkpoint_model(args: argparse.Namespace):
         raise KeyError(f"params has no prepare.{task}: the reader settings that say how to tokenise raw text")
     evaluate = effective_params(params, task, mechanism).get("evaluate") or {}  # as its evaluate stage
     root = project_root(args.params)
-    vocab = Path(args.vocab) if args.vocab else root / "data" / "vocab" / task
+    row = effective_params(params, task, mechanism)
+    # a row on a pretrained backbone: the vocab stage's directory of its tokenizer
+    vocab = (
+        Path(args.vocab)
+        if args.vocab
+        else row_vocab_dir(root / "data" / "vocab" / task, row.get("model"), resolve(row, mechanism).mechanism)
+    )
     subword = root / "data" / "shards" / task / "subword.model"
     config = ServingConfig.from_params(
         task, mechanism, prepare, evaluate, params.get("serving"), device=args.device, pretokenized=args.pretokenized
@@ -121,7 +129,10 @@ def marked(tokens: list[str], copied: list[str], output: str) -> str:
         return output
     joiner = "" if len(tokens) > 1 and output == "".join(tokens) else " "  # LCSTS outputs have no spaces
     copied_set = set(copied)
-    return joiner.join(f"[{t}]" if t in copied_set else t for t in tokens)
+    # a token that carries its leading space (a backbone's piece as the text it adds) keeps it outside
+    return joiner.join(
+        f"{t[: len(t) - len(t.lstrip())]}[{t.lstrip()}]" if t in copied_set and t.strip() else t for t in tokens
+    )
 
 
 def format_rows(frame: pd.DataFrame, show_copies: bool) -> list[str]:

@@ -37,12 +37,13 @@ import pyarrow as pa
 from pipeline.config.checks import check_serving
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.raw_input import detokenize, source_tokenizer
-from pipeline.decoding.decode import decode_table
+from pipeline.decoding.decode import decode_table, decode_words
 from pipeline.decoding.search import DecodeCancelled
 from pipeline.decoding.settings import EvalConfig
-from pipeline.io.files import sha256_file
+from pipeline.io.files import sha256_tree
 from pipeline.runtime.device import resolve_device
 from pipeline.training.checkpoints import load_model
+from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
 from pipeline.vocab.vocabulary import Vocab
 
 DECODE_KEYS = (
@@ -179,7 +180,7 @@ def verify_files(config: ServingConfig, paths: Sequence[str | Path]) -> None:
     the file otherwise, before any of them is loaded."""
     for path in paths:
         expected = config.files.get(Path(path).name)
-        if expected is not None and sha256_file(path) != expected:
+        if expected is not None and sha256_tree(path) != expected:  # a file, or a directory (a tokenizer)
             raise ValueError(
                 f"{path}: sha256 differs from the one recorded when the model was logged; "
                 "the stored model was changed, refusing to serve it"
@@ -197,10 +198,14 @@ class Predictor:
         tgt_vocab: str | Path,
         config: ServingConfig,
         subword_model: str | Path | None = None,
+        backbone_tokenizer: str | Path | None = None,
     ) -> None:
         self.config = config
         self.device = resolve_device(config.device)
         self.src_vocab, self.tgt_vocab = Vocab.load(src_vocab), Vocab.load(tgt_vocab)
+        # A model on a pretrained backbone: its tokenizer (the vocab stage's backbones/<name>/) turns the
+        # reader's tokens into pieces and the output pieces back into text.
+        self.backbone = BackboneTokenizer.load(backbone_tokenizer) if backbone_tokenizer else None
         self.model, _ = load_model(checkpoint, config.mechanism, self.device, (self.src_vocab, self.tgt_vocab))
         self.subword_model = str(subword_model) if subword_model else None
         self.tokenize = source_tokenizer(config.prepare, config.pretokenized, self.subword_model)
@@ -217,9 +222,18 @@ class Predictor:
         config: ServingConfig,
         subword_model: str | Path | None = None,
     ) -> Predictor:
-        """``<checkpoint_dir>/model.pt`` with ``<vocab_dir>/{src,tgt}.vocab`` (the stage outputs)."""
+        """``<checkpoint_dir>/model.pt`` with ``<vocab_dir>/{src,tgt}.vocab`` (the stage outputs; a
+        backbone's vocabulary directory also holds its tokenizer)."""
         checkpoint_dir, vocab_dir = Path(checkpoint_dir), Path(vocab_dir)
-        return cls(checkpoint_dir / "model.pt", vocab_dir / "src.vocab", vocab_dir / "tgt.vocab", config, subword_model)
+        backbone = vocab_dir if (vocab_dir / RECORD).is_file() else None
+        return cls(
+            checkpoint_dir / "model.pt",
+            vocab_dir / "src.vocab",
+            vocab_dir / "tgt.vocab",
+            config,
+            subword_model,
+            backbone,
+        )
 
     # ----------------------------------------------------------------------------- the limits
     def check_params(self, beam_size: Any = None, max_len: Any = None) -> tuple[int, int]:
@@ -283,6 +297,8 @@ class Predictor:
         vocabulary (another language, another domain: the output is made up); else ''."""
         if not tokens:
             return ""
+        if self.backbone is not None:  # the backbone's pieces: unknown where its tokenizer has <unk>
+            tokens = self.backbone.words_to_pieces([tokens])[0]
         unknown = sum(t not in self.src_vocab for t in tokens)
         share = unknown / len(tokens)
         if share <= self.config.unknown_warning:
@@ -354,17 +370,27 @@ class Predictor:
         rows = max(1, min(self.config.batch_size, self.config.max_batch_positions // (beam_size * longest)))
         cfg = self.config.eval_config(beam_size=beam_size, max_len=max_len, batch_size=rows)
         with self._slot(deadline):
-            records = decode_table(
-                self.model,
-                table,
-                self.src_vocab,
-                self.tgt_vocab,
-                cfg,
-                self.device,
-                desc="predict",
-                deadline=deadline,
-                stop=self.stop,
-            )
+            if self.backbone is not None:
+                records = decode_words(
+                    self.model, table, self.backbone, cfg, self.device, "predict", deadline=deadline, stop=self.stop
+                )
+            else:
+                records = decode_table(
+                    self.model,
+                    table,
+                    self.src_vocab,
+                    self.tgt_vocab,
+                    cfg,
+                    self.device,
+                    desc="predict",
+                    deadline=deadline,
+                    stop=self.stop,
+                )
+        if self.backbone is not None:  # tokens: the text each output piece adds; copied: those mostly copied
+            for i, rec in zip(todo, records):
+                text = "".join(rec["spans"]).strip()
+                out[i].update(tokens=rec["spans"], copied=rec["copied"], score=rec["scores"][0], output=text)
+            return out
         for i, rec in zip(todo, records):
             tokens = rec["pred"]
             out[i].update(

@@ -36,8 +36,10 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config.params import REPO_ROOT
 from pipeline.decoding.search import DecodeCancelled, DecodeTimeout
-from pipeline.io.files import sha256_file, write_json_atomic
+from pipeline.io.files import sha256_tree, write_json_atomic
 from pipeline.serving.predictor import InputRejected, Predictor, ServerBusy, ServingConfig, verify_files
+from pipeline.vocab.tokenizer import RECORD as BACKBONE_RECORD
+from pipeline.vocab.tokenizer import TOKENIZER_DIR
 
 CONFIG_NAME = "serving.json"
 MODEL_CODE = Path(__file__).with_name("model_code.py")  # builds CopySeqModel when MLflow loads the model
@@ -56,6 +58,9 @@ REQUIREMENTS = (
     "jieba",
     "sacremoses",
     "sentencepiece",
+    "transformers",  # a model on a pretrained backbone (its architecture and tokenizer)
+    "tokenizers",
+    "safetensors",
 )
 
 
@@ -208,7 +213,14 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
         art = context.artifacts
         config = ServingConfig.from_dict(json.loads(Path(art["config"]).read_text(encoding="utf-8")))
         verify_files(config, [path for key, path in art.items() if key != "config"])
-        self.predictor = Predictor(art["model"], art["src_vocab"], art["tgt_vocab"], config, art.get("subword_model"))
+        self.predictor = Predictor(
+            art["model"],
+            art["src_vocab"],
+            art["tgt_vocab"],
+            config,
+            art.get("subword_model"),
+            art.get("backbone_tokenizer"),
+        )
         if in_scoring_server():  # SIGTERM/SIGINT stop a running decode instead of waiting for it
             stop_on_server_exit(self.predictor.stop)
 
@@ -349,7 +361,12 @@ def log_pyfunc_model(
         missing = [p for p in artifacts.values() if not Path(p).is_file()]
         if missing:
             raise FileNotFoundError(f"cannot log the model: missing {', '.join(missing)}")
-        files = {Path(path).name: sha256_file(path) for path in artifacts.values()}
+        if (vocab_dir / BACKBONE_RECORD).is_file():  # a pretrained backbone's tokenizer and its record
+            backbone = Path(tmp) / "backbone_tokenizer"
+            shutil.copytree(vocab_dir / TOKENIZER_DIR, backbone / TOKENIZER_DIR)
+            shutil.copy2(vocab_dir / BACKBONE_RECORD, backbone / BACKBONE_RECORD)
+            artifacts["backbone_tokenizer"] = str(backbone)
+        files = {Path(path).name: sha256_tree(path) for path in artifacts.values()}
         write_json_atomic(config_path, asdict(replace(config, files=files)))
         artifacts["config"] = str(config_path)
         example = pd.DataFrame({"text": list(input_example)}) if input_example else None

@@ -15,12 +15,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params
 from pipeline.config.variants import resolve
 from pipeline.data.corpora.raw_input import accepts_raw_text, detokenize
-from pipeline.decoding.decode import copy_trace, decode_table
+from pipeline.decoding.decode import copy_trace, decode_table, decode_words
 from pipeline.decoding.scoring import score_records
 from pipeline.decoding.settings import EvalConfig
 from pipeline.io.files import write_json_atomic, write_jsonl_atomic
@@ -35,16 +36,30 @@ from pipeline.tracking.runs import RunLogger, git_commit, task_manifests
 from pipeline.tracking.settings import TrackingConfig
 from pipeline.training.averaging import write_average
 from pipeline.training.checkpoints import load_model
+from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
 from pipeline.vocab.vocabulary import Vocab
 
 
 def evaluate_split(
-    model, paths: TaskPaths, mechanism: str, split: str, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device
+    model,
+    paths: TaskPaths,
+    mechanism: str,
+    split: str,
+    vocabs: tuple[Vocab, Vocab],
+    cfg: EvalConfig,
+    device,
+    tokenizer: BackboneTokenizer | None = None,
 ) -> dict:
-    """Decode one split (its first ``max_examples`` rows), write its predictions; its metrics."""
+    """Decode one split (its first ``max_examples`` rows), write its predictions; its metrics.
+    ``tokenizer``: a row on a pretrained backbone decodes its pieces and is scored on the output text's
+    words (the copy analysis against the task's own word vocabulary, as every row)."""
     start = time.perf_counter()
     table = first_rows(read_split(paths.split(split)), cfg.max_examples)
-    records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}")
+    if tokenizer is not None:
+        records = decode_words(model, table, tokenizer, cfg, device, desc=f"{mechanism} {split}")
+        vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
+    else:
+        records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}")
     seconds = time.perf_counter() - start
     print(
         f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
@@ -70,8 +85,17 @@ def copy_summary(copy: dict) -> str:
     )
 
 
-def heatmap(model, paths: TaskPaths, mechanism: str, vocabs: tuple[Vocab, Vocab], cfg: EvalConfig, device) -> Path:
-    """CopyNet Figure 3 for the first row of ``cfg.heatmap.split`` whose columns match ``cfg.heatmap.match``."""
+def heatmap(
+    model,
+    paths: TaskPaths,
+    mechanism: str,
+    vocabs: tuple[Vocab, Vocab],
+    cfg: EvalConfig,
+    device,
+    tokenizer: BackboneTokenizer | None = None,
+) -> Path:
+    """CopyNet Figure 3 for the first row of ``cfg.heatmap.split`` whose columns match ``cfg.heatmap.match``
+    (a row on a backbone: over its pieces)."""
     where = cfg.heatmap
     split = where.split or cfg.splits[0]
     table = read_split(paths.split(split))
@@ -79,6 +103,8 @@ def heatmap(model, paths: TaskPaths, mechanism: str, vocabs: tuple[Vocab, Vocab]
     rows = table.select(list(match)).to_pydict()
     matches = [i for i in range(table.num_rows) if all(rows[c][i] == v for c, v in match.items())]
     row = matches[0] if matches else 0
+    if tokenizer is not None:
+        table, row = tokenizer.piece_table(table.slice(row, 1)), 0
     trace = copy_trace(model, table, row, *vocabs, cfg.max_len, device)
     out = paths.evaluation(mechanism) / "heatmap.png"
     copy_heatmap(trace, out, f"{mechanism} on {paths.task}/{split} (row {row}): {trace['kind']}")
@@ -112,7 +138,8 @@ def register_model(
     if accepts_raw_text(prepare):
         first_src = read_split(paths.split(split)).column("src")[0].as_py()
         example = [detokenize(first_src, prepare, subword)]
-    uri = log_pyfunc_model(run.run_id, checkpoint, paths.vocab, serving, input_example=example, subword_model=subword)
+    vocab_dir = row_vocab_dir(paths.vocab, params.get("model"), resolve(params, mechanism).mechanism)
+    uri = log_pyfunc_model(run.run_id, checkpoint, vocab_dir, serving, input_example=example, subword_model=subword)
     data = {f"data.{s}.content_sha256": m["content_sha256"] for s, m in task_manifests(paths.shards).items()}
     return register(
         uri,
@@ -137,7 +164,10 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     serving = serving_config(paths, mechanism, params)  # checked before any decoding
     device = resolve_device(cfg.device)
     compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
-    vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
+    # A row on a pretrained backbone decodes with that backbone's tokenizer vocabulary (the vocab stage's).
+    vocab_dir = row_vocab_dir(paths.vocab, params.get("model"), resolve(params, mechanism).mechanism)
+    vocabs = (Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab"))
+    tokenizer = BackboneTokenizer.load(vocab_dir) if (vocab_dir / RECORD).is_file() else None
     run_id, model_sha256 = RunRecord.of(paths.train_state(mechanism)).training_run()
     checkpoint = paths.checkpoints(mechanism)
     model, _ = load_model(checkpoint / "model.pt", mechanism, device, vocabs, sha256=model_sha256)
@@ -148,9 +178,12 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
     with nondeterministic_ops_named(device, "evaluate.deterministic"):
-        metrics = {split: step(evaluate_split)(model, paths, mechanism, split, vocabs, cfg, device) for split in splits}
+        metrics = {
+            split: step(evaluate_split)(model, paths, mechanism, split, vocabs, cfg, device, tokenizer)
+            for split in splits
+        }
     write_json_atomic(paths.evaluation(mechanism) / "metrics.json", {**metrics, **skipped})
-    plot = step(heatmap)(model, paths, mechanism, vocabs, cfg, device)
+    plot = step(heatmap)(model, paths, mechanism, vocabs, cfg, device, tokenizer)
 
     with RunLogger(TrackingConfig.from_params(params).experiment(task_name), mechanism, run_id) as run_:
         run_.metrics(metrics)

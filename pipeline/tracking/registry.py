@@ -24,7 +24,7 @@ import math
 import time
 from pathlib import Path
 
-from pipeline.io.files import sha256_file
+from pipeline.io.files import sha256_tree
 from pipeline.tracking.runs import metric_name, tracking_uri
 
 ALIAS = "champion"
@@ -92,7 +92,7 @@ def stored_file_hashes(model_uri: str) -> dict[str, str]:
         stored = {}
         for file_name, digest in logged.items():
             found = sorted(root.rglob(file_name))
-            stored[file_name] = sha256_file(found[0]) if len(found) == 1 else "missing"
+            stored[file_name] = sha256_tree(found[0]) if len(found) == 1 else "missing"  # a file or a directory
             if stored[file_name] != digest:
                 raise TamperedModel(f"{model_uri}: {file_name} in the store is not the file that was logged")
         return stored
@@ -256,7 +256,7 @@ def verify_version(name: str, version: str | int) -> None:
                 raise TamperedModel(
                     f"{name} version {version}: expected one {file_name} in its artifacts, found {len(found)}"
                 )
-            actual = sha256_file(found[0])
+            actual = sha256_tree(found[0])  # a file or a directory (a backbone tokenizer)
             if actual != digest:
                 raise TamperedModel(
                     f"{name} version {version}: {file_name} has sha256 {actual[:16]}..., registered with {digest[:16]}...; "

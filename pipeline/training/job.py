@@ -17,6 +17,7 @@ from pathlib import Path
 
 from models.param_count import output_layer_parameters
 from models.registry import MECHANISMS, model_config, reads_source_words
+from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import section
 from pipeline.config.paths import TaskPaths
 from pipeline.config.variants import resolve
@@ -38,7 +39,8 @@ class TrainJob:
     def __post_init__(self) -> None:
         self.variant = resolve(self.params, self.mechanism, known=MECHANISMS)
         self.base = self.variant.mechanism  # what models.registry builds
-        vocab_dir = self.vocab_dir or self.paths.vocab
+        # A row on a pretrained backbone reads the vocab stage's output for that backbone's tokenizer.
+        vocab_dir = self.vocab_dir or row_vocab_dir(self.paths.vocab, section(self.params, "model"), self.base)
         self.src_vocab = Vocab.load(vocab_dir / "src.vocab")
         self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
         self.model_cfg = model_config(
@@ -89,7 +91,9 @@ class TrainJob:
             self.splits["valid"],
             self.train_cfg,
             checkpoints or self.paths.checkpoints(self.mechanism),
-            model_config=vars(self.model_cfg),
+            model_config=vars(
+                model.cfg
+            ),  # as built: a backbone's loaded config is recorded, so model.pt rebuilds alone
             data_hash=self.data_hash,
             on_validate=on_validate,
             on_step=on_step,

@@ -423,11 +423,19 @@ def _load_resumable(path: Path, device: torch.device) -> dict | None:
     return ckpt if isinstance(ckpt, dict) and "progress" in ckpt else None
 
 
+def parameter_groups(model: torch.nn.Module, lr: float) -> list[dict] | list[torch.nn.Parameter]:
+    """What the optimizer trains: the model's own groups when it has them (a backbone's: frozen
+    parameters left out, the head at ``head_lr`` with its ``lr_scale``), else every parameter."""
+    groups = getattr(model, "optimizer_groups", None)
+    return groups(lr) if groups is not None else list(model.parameters())
+
+
 def _optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
     # Fused Adam (one kernel over all parameters, CPU and CUDA) instead of the per-tensor loop.
+    params = parameter_groups(model, cfg.lr)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type in ("cpu", "cuda"))
-    return torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        return torch.optim.Adam(params, lr=cfg.lr, fused=device.type in ("cpu", "cuda"))
+    return torch.optim.SGD(params, lr=cfg.lr)
 
 
 def _train_step(
@@ -446,7 +454,7 @@ def _train_step(
     step = prog.step + 1
     lr = schedule.at(step, prog.epoch)
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)  # a head's own learning rate follows the same schedule
     torch.manual_seed(step_seed(cfg.seed, step, ctx.rank))  # dropout noise: a function of the step
     mine = float(sum(batch.n_tokens for batch in batches))
     tokens = all_reduce_sum(torch.tensor([mine], device=device), ctx)  # all ranks' tokens of this step

@@ -21,6 +21,7 @@ corpus size. ``EncodedSplit`` memory-maps the parts back and builds padded batch
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -136,15 +137,24 @@ def _read_part(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def write_encoded_split(split_dir: str | Path, out_dir: str | Path, src_vocab: Vocab, tgt_vocab: Vocab) -> dict:
+def write_encoded_split(
+    split_dir: str | Path,
+    out_dir: str | Path,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    transform: Callable[[pa.Table], pa.Table] | None = None,
+) -> dict:
     """Encode every part of a shard split into ``out_dir``, part by part; published atomically
-    (ShardWriter) with a manifest naming the shard split and vocabulary sizes it was made from."""
+    (ShardWriter) with a manifest naming the shard split and vocabulary sizes it was made from.
+    ``transform``: applied to each part first (a backbone's tokenizer turning words into pieces)."""
     split_dir = Path(split_dir)
     manifest = read_manifest(split_dir)
     if not manifest["parts"]:
         raise ValueError(f"{split_dir}: the manifest lists no parts")
     with pa.memory_map(str(split_dir / manifest["parts"][0]["file"]), "r") as source:
         names = pa.ipc.open_file(source).schema.names
+    if transform is not None:
+        names = transform(_read_part(split_dir / manifest["parts"][0]["file"]).slice(0, 0)).column_names
     params = {
         "source_split": split_dir.name,
         "source_content_sha256": manifest.get("content_sha256"),
@@ -153,7 +163,8 @@ def write_encoded_split(split_dir: str | Path, out_dir: str | Path, src_vocab: V
     }
     with ShardWriter(out_dir, encoded_schema(all(c in names for c in POINTER_COLUMNS)), params=params) as writer:
         for part in manifest["parts"]:
-            writer.write_table(encode_table(_read_part(split_dir / part["file"]), src_vocab, tgt_vocab))
+            table = _read_part(split_dir / part["file"])
+            writer.write_table(encode_table(transform(table) if transform else table, src_vocab, tgt_vocab))
     return writer.close()
 
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from models.registry import DISPLAY_NAMES, MECHANISMS
+from models.registry import DISPLAY_NAMES, MECHANISMS, runs_on_backbone
 from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params
 from pipeline.config.variants import Variant, check_variants, display_names, resolve
@@ -111,17 +111,30 @@ def test_display_names_are_the_variants_own_or_the_base_s_with_the_name():
 
 
 def test_params_yaml_variants_are_valid_and_listed():
-    """The declared variants: well formed, on the Transformer decoder, with their own (converged)
-    epochs, and rows of the default run."""
+    """The declared variants: well formed; the Transformer-decoder ones with their own (converged)
+    epochs and rows of the default run; the pretrained-backbone ones (docs/pretrained.md) each on a
+    backbone that also has a row without a copy head, and not in the default run."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     check_variants(params, MECHANISMS)
     names = display_names(params, DISPLAY_NAMES)
-    assert names == {
+    backbone_rows = {n for n in names if runs_on_backbone(resolve(params, n).mechanism)}
+    transformer = {n: v for n, v in names.items() if n not in backbone_rows}
+    assert transformer == {
         "copynet_transformer": "CopyNet (Transformer decoder)",
         "pointer_generator_transformer": "Pointer-generator + coverage (Transformer decoder)",
     }
-    assert set(names) <= set(params["mechanisms"])
-    for name in names:
+    assert set(transformer) <= set(params["mechanisms"]) and not backbone_rows & set(params["mechanisms"])
+    alone = {
+        params["variants"][n]["model"]["backbone"]
+        for n in backbone_rows
+        if resolve(params, n).mechanism == "backbone_lm"
+    }
+    heads = {resolve(params, n).mechanism for n in backbone_rows} - {"backbone_lm"}
+    assert heads == {"backbone_copynet", "backbone_pointer_generator", "backbone_pointer_softmax"}
+    assert {
+        params["variants"][n]["model"]["backbone"] for n in backbone_rows
+    } == alone  # each beside the backbone alone
+    for name in transformer:
         eff = effective_params(params, "copy_rules", name)
         assert eff["model"]["decoder"] == "transformer"
         assert eff["train"]["epochs"] == params["task_settings"]["copy_rules"]["mechanisms"][name]["train"]["epochs"]

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from models.config import ModelConfig
-from models.registry import MECHANISMS
+from models.registry import MECHANISMS, runs_on_backbone
 from models.rnn import run_rnn
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.runtime.device import NondeterministicOperation, autocast, nondeterministic_ops_named
@@ -28,7 +28,7 @@ from pipeline.vocab.vocabulary import build_vocab
 from tests.helpers import contract_batch, contract_model, encoded_task
 
 pytestmark = pytest.mark.device
-MECHS = sorted(MECHANISMS)
+MECHS = sorted(m for m in MECHANISMS if not runs_on_backbone(m))  # backbone_*: tests/models/test_backbone.py
 
 
 @pytest.fixture

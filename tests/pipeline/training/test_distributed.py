@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from models.registry import MECHANISMS, model_config
+from models.backbone_heads import TINY_BART
+from models.registry import MECHANISMS, model_config, runs_on_backbone
 from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples
 from pipeline.training.distributed import DistContext, shard_batches, torchrun_command
 from pipeline.training.loop import Progress, _optimizer, _train_step, build_seeded_model
@@ -41,8 +42,11 @@ def _data():
 
 
 def _setup(mechanism: str, vocab):
+    tiny = {"backbone_config": TINY_BART}  # the heads on a pretrained backbone: a tiny one from its config
+    backbones = {name: dict(tiny) for name in MECHANISMS if runs_on_backbone(name)}
+    backbones["backbone_pointer_softmax"] = {**tiny, "shortlist": 12}
     cfg = model_config(
-        {"emb": 8, "hidden": 6, "pointer_softmax": {"shortlist": 12}},
+        {"emb": 8, "hidden": 6, "pointer_softmax": {"shortlist": 12}, **backbones},
         mechanism,
         src_vocab=len(vocab),
         tgt_vocab=len(vocab),
@@ -64,7 +68,7 @@ def _steps(net, model, optimizer, train_cfg, batches: list, ctx: DistContext) ->
         "tokens": prog.tokens,  # every rank's target tokens of every step
         "losses": losses,
         "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-        "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
+        "grads": {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad},  # a frozen one has none
     }
 
 

@@ -1,0 +1,154 @@
+"""A pretrained backbone's tokenizer as the project's vocabulary (``model.backbone``; docs/pretrained.md).
+
+The vocab stage writes, for each backbone a task's rows run on, ``data/vocab/<task>/backbones/<name>/``:
+
+  tokenizer/      the tokenizer's own files (``save_pretrained``), what serving tokenises with
+  backbone.json   the backbone's name, its special token ids, the tokenizer's sha256 (over its files)
+  src.vocab, tgt.vocab   the tokenizer's pieces in the project's order (``models.backbone_ids``:
+                  ``<pad> <unk> <s> </s>`` first, then every other piece by backbone id), the same file twice
+  ids/train, ids/valid   the splits id-encoded with it (``pipeline.vocab.encoded``)
+
+Text. A shard row's tokens, joined by spaces, are the text the tokenizer reads; its pieces are the
+row's tokens from then on (batches, copying, the extended vocabulary). A piece the tokenizer maps to
+its unknown token keeps its surface text (the characters it covers, from the offsets), so it is a
+source piece outside the vocabulary: the extended vocabulary's V + k, which only a copy can output.
+Outputs go back to text through the tokenizer's own decoder (:meth:`BackboneTokenizer.detokenise`),
+each copied surface put back where its <unk> stands; metrics read that text's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+
+from models.backbone_ids import project_token_ids, special_token_ids
+from pipeline.io.files import sha256_tree, write_json_atomic
+from pipeline.vocab.vocabulary import SPECIALS, UNK, Vocab
+
+TOKENIZER_DIR = "tokenizer"
+RECORD = "backbone.json"
+
+
+class BackboneTokenizer:
+    """A fast Hugging Face tokenizer with the backbone's special ids: pieces in the project's order."""
+
+    def __init__(self, tokenizer, token_ids: dict, name: str):
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{name}: the backbone's tokenizer is not a fast (Rust) tokenizer; its offsets are needed")
+        self.tokenizer, self.token_ids, self.name = tokenizer, dict(token_ids), name
+        skip = {token_ids[k] for k in ("pad", "unk", "start", "eos", "bos")}
+        size = len(SPECIALS) + len(tokenizer) - sum(1 for i in skip if i < len(tokenizer))
+        self.backbone_ids = project_token_ids(size, token_ids)  # project id -> backbone id
+        pieces = tokenizer.convert_ids_to_tokens(self.backbone_ids[len(SPECIALS) :])
+        try:
+            self.vocab = Vocab([*SPECIALS, *pieces], [0] * size)
+        except ValueError as err:
+            raise ValueError(f"{name}: its tokenizer's pieces cannot be the project's vocabulary ({err})") from None
+        self.unk_id = token_ids["unk"]
+
+    @classmethod
+    def from_backbone(cls, name: str) -> BackboneTokenizer:
+        """The tokenizer and config of a backbone (a local directory or a hub name)."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
+            config = AutoConfig.from_pretrained(name, trust_remote_code=False)
+        except (OSError, ValueError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"model.backbone {name!r}: cannot load its tokenizer and config ({first})") from None
+        return cls(tokenizer, special_token_ids(config, tokenizer), name)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> BackboneTokenizer:
+        """What :meth:`save` wrote (the vocab stage's ``backbones/<name>/``), offline."""
+        import json
+
+        from transformers import AutoTokenizer
+
+        directory = Path(directory)
+        record = json.loads((directory / RECORD).read_text(encoding="utf-8"))
+        tokenizer = AutoTokenizer.from_pretrained(str(directory / TOKENIZER_DIR), trust_remote_code=False)
+        return cls(tokenizer, record["token_ids"], record["backbone"])
+
+    def save(self, directory: str | Path) -> dict:
+        """The tokenizer's files, ``backbone.json`` and ``src.vocab``/``tgt.vocab`` under ``directory``; the record."""
+        directory = Path(directory)
+        self.tokenizer.save_pretrained(str(directory / TOKENIZER_DIR))
+        record = {
+            "backbone": self.name,
+            "token_ids": self.token_ids,
+            "tokenizer_sha256": sha256_tree(directory / TOKENIZER_DIR),
+            "vocab_size": len(self.vocab),
+        }
+        write_json_atomic(directory / RECORD, record)
+        for side in ("src", "tgt"):
+            self.vocab.save(directory / f"{side}.vocab")
+        return record
+
+    # ------------------------------------------------------------------ text <-> pieces
+    def pieces(self, texts: Sequence[str]) -> list[list[str]]:
+        """Each text's pieces (no specials added); a piece the tokenizer maps to <unk> is the text it covers."""
+        if not texts:
+            return []
+        enc = self.tokenizer(
+            list(texts), add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True
+        )
+        out = []
+        for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+            tokens = self.tokenizer.convert_ids_to_tokens(ids)
+            out.append(
+                [
+                    (text[start:end] or SPECIALS[UNK]) if i == self.unk_id else tok
+                    for i, tok, (start, end) in zip(ids, tokens, offsets)
+                ]
+            )
+        return out
+
+    def words_to_pieces(self, rows: Sequence[Sequence[str]]) -> list[list[str]]:
+        """Rows of tokens (a shard's lists) -> their pieces: each row's tokens joined by spaces, tokenised."""
+        return self.pieces([" ".join(row) for row in rows])
+
+    def detokenise(self, pieces: Sequence[str]) -> str:
+        """Output pieces -> text, by the tokenizer's decoder: a piece outside the vocabulary (a copied
+        source <unk>) is decoded as <unk>, then its surface put back in that place; the project's
+        <unk> stays the tokenizer's unknown token."""
+        unk = self.tokenizer.unk_token
+        tokens, surfaces = [], []
+        for piece in pieces:
+            if piece == SPECIALS[UNK] or piece not in self.vocab:
+                tokens.append(unk)
+                surfaces.append(unk if piece == SPECIALS[UNK] else piece)
+            else:
+                tokens.append(piece)
+        text = self.tokenizer.convert_tokens_to_string(tokens)
+        if surfaces:
+            parts = text.split(unk)
+            if len(parts) == len(surfaces) + 1:  # the decoder kept one <unk> per piece, in order
+                text = "".join(part + (surfaces[i] if i < len(surfaces) else "") for i, part in enumerate(parts))
+        return text.strip()
+
+    def piece_table(self, table: pa.Table, keep: Sequence[str] = ()) -> pa.Table:
+        """A shard table (id, src, tgt, ...) as pieces: ``id``, ``src``, ``tgt`` (list<string> each) and
+        the columns ``keep`` as they are; the word-aligned pointer annotations do not apply to pieces
+        and are left out."""
+        lists = pa.list_(pa.string())
+        columns = {
+            "id": table.column("id"),
+            "src": pa.array(self.words_to_pieces(table.column("src").to_pylist()), type=lists),
+            "tgt": pa.array(self.words_to_pieces(table.column("tgt").to_pylist()), type=lists),
+        }
+        columns.update({c: table.column(c) for c in keep if c in table.column_names and c not in columns})
+        return pa.table(columns)
+
+    def spans(self, pieces: Sequence[str]) -> list[str]:
+        """The text each output piece adds to :meth:`detokenise`'s output (leading spaces kept), found by
+        decoding the prefixes; their concatenation is the output text."""
+        out, previous = [], ""
+        for k in range(len(pieces)):
+            text = self.detokenise(pieces[: k + 1])
+            out.append(text[len(previous) :] if text.startswith(previous) else text)
+            previous = text if text.startswith(previous) else previous + text
+        return out
