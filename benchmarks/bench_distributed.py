@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -156,10 +157,13 @@ def launch_as_stage(mechanism: str, params_path: str = "params.yaml") -> None:
     launch(job, worker_args(job, params_path, None), owner=True)
 
 
-def tokens_per_s(history: list[dict]) -> float:
-    """The median over the validation intervals after the first (warm-up) of all processes' tokens/s."""
-    rates = [r["tokens_per_s"] for r in history if r["step"]][1:]
-    return statistics.median(rates)
+def tokens_per_s(log: str) -> float:
+    """The median over the validation intervals after the first (warm-up) of all processes' target
+    tokens/s, as the writing process prints them (history.json leaves wall-clock figures out)."""
+    rates = [float(m) for m in re.findall(r"^step \d+ \(epoch \d+\): train_loss .*\((\d+) tok/s\)$", log, re.M)]
+    if len(rates) < 2:
+        raise RuntimeError(f"fewer than two validation intervals in the log:\n{log[-3000:]}")
+    return statistics.median(rates[1:])
 
 
 def train_once(root: Path, mechanism: str, batch: int, steps: int, nnodes: int) -> dict:
@@ -191,7 +195,7 @@ def train_once(root: Path, mechanism: str, batch: int, steps: int, nnodes: int) 
         "processes": nnodes,
         "wall_s": time.perf_counter() - started,
         "cpu_s": children_cpu() - cpu,
-        "tokens_per_s": tokens_per_s(history),
+        "tokens_per_s": tokens_per_s(outs[0]),
         "final_valid_loss": history[-1]["valid_loss"],
         "load_before": before,
         "load_after": load(),
