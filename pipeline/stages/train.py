@@ -179,9 +179,6 @@ def launch(job: TrainJob, args: list[str], owner: bool) -> None:
     )
 
 
-# One process of a torchrun job
-
-
 def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | None) -> list[str]:
     """The command-line arguments of :func:`worker_main` that rerun ``job`` in another process."""
     args = ["--task", job.paths.task, "--mechanism", job.mechanism]

@@ -160,14 +160,13 @@ def torchrun_command(
 ) -> list[str]:
     """``python -m torch.distributed.run`` (torchrun) running ``python -m module args`` on every process.
 
-        One machine: a standalone rendezvous on a free local port. Several machines: run it on each with
-        the same ``rdzv_endpoint`` host:port (reachable from all) and ``rdzv_id``; torchrun's c10d
-        rendezvous assigns the node ranks. ``rdzv_host``: whether this machine hosts the rendezvous store
-        at ``rdzv_endpoint`` (None: torchrun guesses from the host name, which misses an address of a
-        second network interface). ``rdzv_timeout``: seconds a machine waits for the others to join (and
-    for the rendezvous store to answer).
-        No restarts (``--max-restarts=0``): a failed process fails the job on every machine, which the
-        train stage resumes from its step checkpoint when run again.
+    One machine: a standalone rendezvous on a free local port. Several machines: run it on each with
+    the same ``rdzv_endpoint`` host:port (reachable from all) and ``rdzv_id``; torchrun's c10d
+    rendezvous assigns the node ranks. ``rdzv_host``: whether this machine hosts the rendezvous store
+    at ``rdzv_endpoint`` (None: torchrun guesses from the host name, which misses an address of a
+    second network interface). ``rdzv_timeout``: seconds a machine waits for the others to join (and
+    for the rendezvous store to answer). No restarts (``--max-restarts=0``): a failed process fails
+    the job on every machine, which the train stage resumes from its step checkpoint when run again.
     """
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes > 1:
