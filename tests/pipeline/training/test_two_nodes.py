@@ -40,9 +40,9 @@ pytestmark = pytest.mark.slow
 MECH = "copynet"
 RDZV_TIMEOUT = 60  # seconds (train.rdzv_timeout): the bound on how long a node waits for a lost one
 EPOCHS, ROWS, BATCH = 4, 256, 16  # 16 batches an epoch: 8 steps of 2 global batches, 32 steps in all
-# Measured on this machine: the largest weight difference from the one-process run is 4.8e-06
-# (after the 32 steps; 4.8e-06 after 16 steps too, weights up to 3.8 in size); float32 sums taken in another order (the gradient
-# average over ranks against accumulation in one process), amplified by Adam.
+# Measured on this machine: the largest weight difference from the one-process run is 4.8e-06 after
+# the 32 steps (weights up to 3.8 in size): float32 sums taken in another order (the gradient average
+# over ranks against accumulation in one process), amplified by Adam.
 WEIGHT_ATOL = 5e-5
 
 
