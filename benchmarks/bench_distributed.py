@@ -6,7 +6,9 @@ prepare  ``--pairs`` generated pairs (benchmarks/support_qa.py: train/valid/test
          Dask cluster (benchmarks/loopback_cluster.py: a ``dask scheduler`` and N ``dask worker``
          processes, one thread each) with 1 and with 2 workers, through ``parallel.dask_address``.
          Each configuration is warmed up on a small corpus first (Prefect's server, the workers'
-         imports), then timed; pairs/s = pairs read / seconds. The shards must be identical.
+         imports), then timed; pairs/s = pairs read / seconds, and the CPU seconds of the flow's
+         process and the workers (pairs per CPU second does not depend on what else shares the
+         machine). The shards must be identical.
 train    the toy copy task (benchmarks/toy.py) trained by the train stage's worker with the default
          run's model sizes (``--mechanism``, emb 64 / hidden 128, ``--batch`` pairs per process,
          one thread per process): one process, then two torchrun nodes of one process each on
@@ -37,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 from benchmarks.loopback_cluster import LoopbackCluster
@@ -56,6 +59,11 @@ def children_cpu() -> float:
     """CPU seconds (user + system) of every finished child process waited for so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def processes_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the running processes ``pids`` have used so far."""
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
 
 
 def load() -> str:
@@ -103,17 +111,23 @@ def bench_prepare(work: Path, pairs: int, tokenizer: str) -> list[dict]:
     write_corpus(small, 2000, seed=1)
     rows = []
 
-    def measure(label: str, runner: str, workers: int, address: str | None) -> None:
+    def measure(label: str, runner: str, workers: int, address: str | None, pids: list[int]) -> None:
         prepare_once(work / "warm", small, tokenizer, runner, workers, address)  # not timed
-        before = load()
+        before, workers_cpu = load(), processes_cpu(pids)
         result = prepare_once(work / "out", raw, tokenizer, runner, workers, address)
+        result["workers_cpu_s"] = processes_cpu(pids) - workers_cpu
+        result["cpu_s"] = result["flow_cpu_s"] + result["workers_cpu_s"]  # the flow's process and the workers
         rows.append({"configuration": label, "load_before": before, "load_after": load(), **result})
-        print(f"{label}: {result['pairs_per_s']:,.0f} pairs/s ({result['seconds']:.1f} s), load {before} -> {load()}")
+        print(
+            f"{label}: {result['pairs_per_s']:,.0f} pairs/s ({result['seconds']:.1f} s, {result['cpu_s']:.1f} CPU s), "
+            f"load {before} -> {load()}"
+        )
 
-    measure("local runner, 1 worker (baseline)", "local", 1, None)
+    measure("local runner, 1 worker (baseline)", "local", 1, None, [])
     for n in (1, 2):
         with LoopbackCluster(n, work / f"cluster{n}", cwd=REPO) as cluster:
-            measure(f"Dask, {n} worker{'s' if n > 1 else ''} (loopback)", "dask", n, cluster.address)
+            pids = [proc.pid for proc in cluster.workers.values()]
+            measure(f"Dask, {n} worker{'s' if n > 1 else ''} (loopback)", "dask", n, cluster.address, pids)
     same = all(r["hashes"] == rows[0]["hashes"] for r in rows)
     for r in rows:
         r["same_shards"] = same
@@ -234,12 +248,15 @@ def main() -> None:
             results["prepare"] = rows = bench_prepare(work / "prepare", args.pairs, args.tokenizer)
             base = rows[0]["pairs_per_s"]
             print(f"\nprepare, {args.pairs:,} generated pairs, tokenizer {args.tokenizer} ({os.cpu_count()} CPUs)\n")
-            print("| configuration | seconds | pairs/s | vs baseline | load before -> after |")
-            print("|---|---:|---:|---:|---|")
+            print(
+                "| configuration | seconds | pairs/s | vs baseline | CPU s (flow + workers) | pairs per CPU s | load before -> after |"
+            )
+            print("|---|---:|---:|---:|---:|---:|---|")
             for r in rows:
                 print(
                     f"| {r['configuration']} | {r['seconds']:.1f} | {r['pairs_per_s']:,.0f} | "
-                    f"{r['pairs_per_s'] / base:.2f}x | {r['load_before']} -> {r['load_after']} |"
+                    f"{r['pairs_per_s'] / base:.2f}x | {r['cpu_s']:.1f} | {r['pairs'] / r['cpu_s']:,.0f} | "
+                    f"{r['load_before']} -> {r['load_after']} |"
                 )
             print(f"\nshards identical in every configuration: {rows[0]['same_shards']}")
         if "train" in args.sections:

@@ -204,8 +204,11 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     assert (repo / "data/checkpoints/copy_rules/copynet/model.pt").exists()
     assert "train@copy_rules-copynet" not in changed_stages(repo, env)  # node 0's dvc.lock has the run
     assert len(mechanism_runs(repo, env, "copynet")) == copynet_runs + 1  # one MLflow run, node 0's
-    # Node 1: no stage output, train state, MLflow store or dvc.lock change; only the params it was given.
-    assert not any((node1 / "data" / d).exists() for d in ("checkpoints", "train_state", "plots", "eval"))
+    # Node 1: no stage output, train state, MLflow store or dvc.lock change; only the params it was given
+    # and the pulled vocabularies (the data/ files git does not track).
+    tracked = set(run(["git", "ls-files", "data"], node1, env).split())
+    written = {p.relative_to(node1).as_posix() for p in (node1 / "data").rglob("*") if p.is_file()} - tracked
+    assert written and all(p.startswith("data/vocab/copy_rules/") for p in written), sorted(written)
     assert not (node1 / "mlflow.db").exists() and not (node1 / "mlruns").exists()
     assert run(["git", "status", "--porcelain"], node1, env).split() == ["M", "params.yaml"]
     run(["git", "checkout", "params.yaml", "dvc.lock"], repo, env)
