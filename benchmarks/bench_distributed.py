@@ -16,8 +16,9 @@ train    the toy copy task (benchmarks/toy.py) trained by the train stage's work
          as the other): target tokens/s of all processes (the history's ``tokens_per_s``, training
          time only, the first interval left out as warm-up), and the CPU seconds of every process.
 
-    .venv/bin/python benchmarks/bench_distributed.py                       # both sections, ~10 min on 2 cores
-    .venv/bin/python benchmarks/bench_distributed.py --sections prepare --pairs 20000 --json out.json
+    scripts/with_prefect_server.sh .venv/bin/python benchmarks/bench_distributed.py       # both sections, ~40 min on 2 cores
+    scripts/with_prefect_server.sh .venv/bin/python benchmarks/bench_distributed.py --sections prepare --pairs 20000
+    .venv/bin/python benchmarks/bench_distributed.py --sections train --json out.json    # no Prefect needed
 
 Every figure on one machine: two Dask workers or two nodes share its cores (on this project's
 2-core machine, at most 2x is possible, and less while anything else runs); say the machine's load
@@ -241,6 +242,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
+    if "prepare" in args.sections and not os.environ.get("PREFECT_API_URL"):
+        # Without a server address each Dask worker would start a temporary Prefect server of its
+        # own (the flow's temporary one is not an address the task carries), and time that.
+        parser.error(
+            "the prepare section needs a Prefect server: scripts/with_prefect_server.sh python benchmarks/bench_distributed.py ..."
+        )
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_distributed_"))
     results: dict = {"cpus": os.cpu_count(), "load_start": load()}
     try:
