@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 
 $(BIN)/.installed: pyproject.toml requirements-lock.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c requirements-lock.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c requirements-lock.txt -e ".[dev,dask]"
 	$(BIN)/python -m pipeline.runtime.mkl_vendor   # MKL's vendor check, answered: one MKL code path on every CPU (cc)
 	touch $@
 

@@ -62,9 +62,10 @@ EVALUATE = {"beam_size": 3, "max_len": 12, "batch_size": 16}
 MECHANISMS = ("copynet", "rnnsearch")
 
 
-def build_toy_project(root: Path) -> Path:
-    """Shards, vocabularies, two trained checkpoints and a params.yaml under ``root``."""
-
+def write_toy_task(root: Path) -> Vocab:
+    """The toy task's data under ``root`` as the prepare and vocab stages write it: shards
+    (1,200 train, 64 valid, 20 test pairs), the vocabularies and the id-encoded train and valid
+    splits; returns the vocabulary (both sides)."""
     rng = random.Random(0)
     # Rare fillers (TOY_RARE, 10% in training): out of vocabulary, the encoder meets <unk> fillers.
     splits = {
@@ -82,6 +83,14 @@ def build_toy_project(root: Path) -> Path:
     vocab.save(vocab_dir / "tgt.vocab")
     for split in ("train", "valid"):
         write_encoded_split(root / "data/shards" / TASK / split, vocab_dir / "ids" / split, vocab, vocab)
+    return vocab
+
+
+def build_toy_project(root: Path) -> Path:
+    """Shards, vocabularies, two trained checkpoints and a params.yaml under ``root``."""
+
+    vocab = write_toy_task(root)
+    vocab_dir = root / "data/vocab" / TASK
     encoded = {split: EncodedSplit(vocab_dir / "ids" / split, len(vocab)) for split in ("train", "valid")}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

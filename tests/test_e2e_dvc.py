@@ -17,7 +17,7 @@ from models.registry import DISPLAY_NAMES
 from pipeline.config.variants import display_names
 from pipeline.data.corpora.copynet_rules import regular_symbol
 from pipeline.vocab.tiny_backbone import make_tiny_backbone
-from tests.helpers import repository_copy, tiny_params
+from tests.helpers import free_port, repository_copy, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +55,18 @@ def repo_copy(tmp_path_factory) -> tuple[Path, dict, dict]:
 def changed_stages(repo: Path, env: dict) -> set[str]:
     out = run(["dvc", "status", "--json"], repo, env)
     return set(json.loads(out[out.index("{") :]))
+
+
+def mechanism_runs(repo: Path, env: dict, mechanism: str) -> list[str]:
+    """The ids of the MLflow runs of ``mechanism`` in the task's experiment (the store ``env`` names)."""
+    query = f"""
+import json
+from mlflow import MlflowClient
+c = MlflowClient()
+runs = c.search_runs([c.get_experiment_by_name("copy_rules").experiment_id], "tags.mechanism = '{mechanism}'")
+print(json.dumps([r.info.run_id for r in runs]))
+"""
+    return json.loads(run([sys.executable, "-c", query], repo, env).strip().splitlines()[-1])
 
 
 def test_dvc_repro_end_to_end(repo_copy):
@@ -189,15 +201,47 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     (repo / "params.yaml").write_text(yaml.safe_dump(params_used, sort_keys=False))
     assert changed_stages(repo, env) == set()
 
-    # One train stage on two processes (torchrun, DDP on gloo): only that stage reruns, rank 0 writes.
+    # One train stage on two machines (docs/training.md): node 0 runs `dvc repro` of the stage (it owns
+    # dvc.lock, the outputs and the MLflow run); node 1 is a clone of the repository that pulled the
+    # vocab stage's output from the DVC remote and joins with `python -m pipeline.stages.train_node`.
+    # Two torchrun agents on loopback, one process each (DDP on gloo); node 1 writes nothing.
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["train"]["nproc"] = 2
+    params["train"].update(nproc=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_timeout=300)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "train@copy_rules-copynet"], repo, env, timeout=900)
+    node1 = repo.parent / "node1"
+    run(["git", "clone", "-q", str(repo), str(node1)], repo.parent, env)
+    shutil.copy2(repo / "params.yaml", node1 / "params.yaml")  # the same params (a user commits and pulls them)
+    run(["dvc", "pull", "vocab@copy_rules"], node1, env)
+    copynet_runs = len(mechanism_runs(repo, env, "copynet"))
+    joined = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.stages.train_node", "--task", "copy_rules", "--mechanism", "copynet"],
+        cwd=node1,
+        env=env,  # the same MLflow store as node 0, as on two machines tracking into one server
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out = run(
+            ["scripts/with_prefect_server.sh", "dvc", "repro", "train@copy_rules-copynet"], repo, env, timeout=900
+        )
+        node1_out = joined.communicate(timeout=300)[0]
+    finally:
+        joined.kill()
+    assert joined.returncode == 0, node1_out[-4000:]
     assert re.findall(r"Running stage '([^']+)'", out) == ["train@copy_rules-copynet"]
     history = json.loads((repo / "data/checkpoints/copy_rules/copynet/history.json").read_text())
     assert [r["processes"] for r in history] == [2] * (1 + params_used["train"]["epochs"])  # step 0 + epochs
     assert (repo / "data/checkpoints/copy_rules/copynet/model.pt").exists()
+    assert "train@copy_rules-copynet" not in changed_stages(repo, env)  # node 0's dvc.lock has the run
+    assert len(mechanism_runs(repo, env, "copynet")) == copynet_runs + 1  # one MLflow run, node 0's
+    # Node 1: no stage output, train state, MLflow store or dvc.lock change; only the params it was given
+    # and the pulled vocabularies (the data/ files git does not track).
+    tracked = set(run(["git", "ls-files", "data"], node1, env).split())
+    written = {p.relative_to(node1).as_posix() for p in (node1 / "data").rglob("*") if p.is_file()} - tracked
+    assert written and all(p.startswith("data/vocab/copy_rules/") for p in written), sorted(written)
+    assert not (node1 / "mlflow.db").exists() and not (node1 / "mlruns").exists()
+    assert run(["git", "status", "--porcelain"], node1, env).split() == ["M", "params.yaml"]
     run(["git", "checkout", "params.yaml", "dvc.lock"], repo, env)
     run(["dvc", "checkout"], repo, env)
 

@@ -14,7 +14,10 @@ import argparse
 import csv
 import io
 import json
+import os
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +37,7 @@ from pipeline.tracking.runs import (
     task_manifests,
 )
 from pipeline.tracking.settings import TrackingConfig
-from pipeline.training.distributed import init_from_env, shutdown, torchrun_command
+from pipeline.training.distributed import OWNER_ENV, init_from_env, lost_contact, shutdown, torchrun_command
 from pipeline.training.job import TrainJob
 from pipeline.training.loop import without_wall_clock
 
@@ -97,15 +100,8 @@ def fit(
         compute = compute_settings(train_cfg.threads, train_cfg.deterministic)  # what fixes the results
         run.tags({f"train.compute.{k}": str(v) for k, v in compute.items()})
         if job.distributed:
-            cmd = torchrun_command(
-                WORKER,
-                worker_args(job, params_path, run.run_id),
-                train_cfg.nproc,
-                train_cfg.nnodes,
-                train_cfg.rdzv_endpoint,
-                rdzv_id=f"{task_name}-{mechanism}",
-            )
-            subprocess.run(cmd, check=True, cwd=paths.root)
+            # This machine owns the outputs: its local rank 0 writes them, wherever torchrun numbers it.
+            launch(job, worker_args(job, params_path, run.run_id), owner=True)
             history = json.loads((ckpt_dir / "history.json").read_text())
         else:
             history = job.run(
@@ -133,8 +129,54 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
 
 
 # --------------------------------------------------------------------------- #
-# One process of a torchrun job
+# A torchrun job: its launch on one machine, and one of its processes
 # --------------------------------------------------------------------------- #
+
+
+class TrainingJobFailed(RuntimeError):
+    """A process of a torchrun job failed (on this machine or another); the job stopped on every machine."""
+
+
+def launch(job: TrainJob, args: list[str], owner: bool) -> None:
+    """This machine's part of ``job`` under torchrun: ``train.nproc`` processes joining the job's
+    rendezvous (one machine: a standalone one). ``owner``: this machine holds the stage's outputs
+    (the train stage); a machine that only joins (:mod:`pipeline.stages.train_node`) writes nothing.
+    A failed job raises :class:`TrainingJobFailed`, saying what to do."""
+    cfg = job.train_cfg
+    cmd = torchrun_command(
+        WORKER,
+        args,
+        cfg.nproc,
+        cfg.nnodes,
+        cfg.rdzv_endpoint,
+        rdzv_id=f"{job.paths.task}-{job.mechanism}",
+        rdzv_timeout=cfg.rdzv_timeout,
+        rdzv_host=owner,  # the machine that runs the stage hosts the rendezvous: rdzv_endpoint is its address
+    )
+    env = {**os.environ, OWNER_ENV: "1" if owner else "0"}
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=job.paths.root, env=env)
+    if done.returncode == 0:
+        return
+    stage = f"train@{job.paths.task}-{job.mechanism}"
+    last = job.paths.train_state(job.mechanism) / "last.pt"
+    where = (
+        f"its step checkpoint {last} is kept, so running it again resumes"
+        if owner and last.exists()
+        else "the machine that runs the stage keeps its step checkpoint (last.pt), so running it again resumes"
+    )
+    several = (
+        f" With {cfg.nnodes} machines this is also what a machine that stopped or lost contact looks like "
+        "(its own log names the cause); start the job again on every machine: `dvc repro "
+        f"{stage}` where the outputs live, `python -m pipeline.stages.train_node --task {job.paths.task} "
+        f"--mechanism {job.mechanism}` on the others."
+        if cfg.nnodes > 1
+        else ""
+    )
+    raise TrainingJobFailed(
+        f"{stage}: the torchrun job failed on this machine after {time.monotonic() - started:.0f} s "
+        f"(exit code {done.returncode}; the processes' errors are above); {where}.{several}"
+    )
 
 
 def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | None) -> list[str]:
@@ -161,7 +203,12 @@ def worker_main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params = effective_params(load_params(args.params), args.task, args.mechanism)
     job = TrainJob(TaskPaths(args.task, project_root(args.params)), args.mechanism, params)
-    ctx = init_from_env(resolve_device(job.train_cfg.device).type)
+    ctx = init_from_env(resolve_device(job.train_cfg.device).type, job.train_cfg.rdzv_timeout)
+    if ctx.enabled and ctx.is_main:
+        print(
+            f"rank {ctx.rank} of {ctx.world} (node {os.environ.get('GROUP_RANK', '?')}) writes the outputs",
+            file=sys.stderr,
+        )
     on_validate = on_step = None
     if ctx.is_main and args.mlflow_run_id:
         log = run_metric_logger(args.mlflow_run_id)
@@ -169,6 +216,14 @@ def worker_main(argv: list[str] | None = None) -> None:
         on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
     try:
         job.run(ctx, on_validate, on_step, run_key=args.run_key)
+    except RuntimeError as err:
+        if lost_contact(err):  # say what happened before the traceback
+            print(
+                f"rank {ctx.rank} (node {os.environ.get('GROUP_RANK', '?')}) lost contact with the job: another "
+                "process or machine of it stopped, or the network between them failed; this process stops too",
+                file=sys.stderr,
+            )
+        raise
     finally:
         shutdown(ctx)
 

@@ -3,7 +3,11 @@
 A training stage with ``train.nproc`` > 1 (or ``train.nnodes`` > 1) relaunches its worker under
 ``torchrun`` (``torchrun_command``); each process then calls ``init_from_env``, which joins the
 process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT in the environment).
-Rank 0 alone writes checkpoints, DVC outputs and MLflow records.
+One process alone writes checkpoints, DVC outputs and MLflow records: the *main* rank, local rank 0
+on the node whose launcher set ``OWNER_ENV`` (the train stage sets it for the torchrun it starts; a
+node that only joins, :mod:`pipeline.stages.train_node`, does not). torchrun's c10d rendezvous
+numbers the nodes in an order of its own (their host names), so global rank 0 may run on any
+machine; the main rank is the one on the machine that holds the stage's outputs.
 
 Each rank trains on its own share of every epoch's batches (``shard_batches``); the per-token loss
 is normalised by the token count summed over all ranks, so DDP's gradient average equals the
@@ -15,9 +19,16 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+OWNER_ENV = "COPYSEQ_TRAIN_OWNER"  # "1": this node's launcher is the train stage (it owns the outputs)
+
+
+class JobMismatch(RuntimeError):
+    """The nodes of one torchrun job disagree (two claim the outputs, or other settings or data)."""
 
 
 @dataclass(frozen=True)
@@ -25,10 +36,11 @@ class DistContext:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    main: int = 0  # the rank that writes checkpoints and logs (see OWNER_ENV)
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        return self.rank == self.main
 
     @property
     def enabled(self) -> bool:
@@ -38,17 +50,83 @@ class DistContext:
 ONE_PROCESS = DistContext()  # the default: no process group
 
 
-def init_from_env(device_type: str) -> DistContext:
-    """Join the process group torchrun set up (nccl on CUDA, gloo on the CPU); one process: no group."""
+def init_from_env(device_type: str, timeout_s: float | None = None) -> DistContext:
+    """Join the process group torchrun set up (nccl on CUDA, gloo on the CPU); one process: no group.
+    ``timeout_s``: how long a collective waits for a silent peer before failing (a machine that
+    vanished without closing its connections); a peer that dies on a live machine fails it at once.
+    The main rank: :func:`main_rank` of every process's claim (``OWNER_ENV`` and local rank 0)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return ONE_PROCESS
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
-    ctx = DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        timeout = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo", **timeout)
     if device_type == "cuda":
-        torch.cuda.set_device(ctx.local_rank)
-    return ctx
+        torch.cuda.set_device(local_rank)
+    claims: list = [None] * dist.get_world_size()
+    dist.all_gather_object(claims, os.environ.get(OWNER_ENV) == "1" and local_rank == 0)
+    one_machine = int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world
+    return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, main_rank(claims, one_machine))
+
+
+def main_rank(claims: list[bool], one_machine: bool) -> int:
+    """The rank that writes: the one process that claims the outputs (local rank 0 on the train
+    stage's node). No claim: rank 0 when the job runs on one machine (torchrun started by hand);
+    across machines that is an error, as are two claims (two machines ran the stage)."""
+    owners = [rank for rank, claim in enumerate(claims) if claim]
+    if len(owners) == 1:
+        return owners[0]
+    if len(owners) > 1:
+        raise JobMismatch(
+            f"ranks {owners} each run the train stage (dvc repro / python -m flows.train) of one job: run the "
+            "stage on one machine only, which holds its outputs, and `python -m pipeline.stages.train_node` "
+            "on the others (docs/training.md)"
+        )
+    if one_machine:
+        return 0
+    raise JobMismatch(
+        "no machine of this job runs the train stage, so none would write its outputs: run `dvc repro "
+        "train@<task>-<mechanism>` on the machine that holds them and `python -m pipeline.stages.train_node` "
+        "on the others (docs/training.md)"
+    )
+
+
+def check_same_job(identity: str, ctx: DistContext) -> None:
+    """Fail on every rank unless all ranks train the same job: ``identity`` is a hash of this rank's
+    train and model settings and data (a machine with another params.yaml or another vocab stage
+    output would otherwise train other batches under the same gradient average)."""
+    if not ctx.enabled:
+        return
+    seen: list = [None] * ctx.world
+    dist.all_gather_object(seen, identity)
+    others = [rank for rank, value in enumerate(seen) if value != seen[ctx.main]]
+    if others:
+        raise JobMismatch(
+            f"ranks {others} have other train/model settings or data than rank {ctx.main} (the one that writes "
+            "the outputs): every machine needs the same params.yaml and the same data/vocab/<task> "
+            "(e.g. `dvc pull`), at the same commit"
+        )
+
+
+def lost_contact(err: BaseException) -> bool:
+    """Whether ``err`` is a collective failing because another process of the job stopped or went
+    silent (gloo and NCCL raise plain RuntimeErrors naming the transport; the store raises DistError)."""
+    if isinstance(err, dist.DistError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and any(
+        mark in text for mark in ("gloo/transport", "Connection reset", "Connection closed", "NCCL", "Timed out")
+    )
+
+
+def broadcast_from_main(value, ctx: DistContext):
+    """``value`` as the main rank has it, on every rank (a picklable object; unchanged with one process)."""
+    if not ctx.enabled:
+        return value
+    box = [value if ctx.is_main else None]
+    dist.broadcast_object_list(box, src=ctx.main)
+    return box[0]
 
 
 def shutdown(ctx: DistContext) -> None:
@@ -77,18 +155,28 @@ def torchrun_command(
     nnodes: int = 1,
     rdzv_endpoint: str | None = None,
     rdzv_id: str = "copyseq",
+    rdzv_timeout: int | None = None,
+    rdzv_host: bool | None = None,
 ) -> list[str]:
     """``python -m torch.distributed.run`` (torchrun) running ``python -m module args`` on every process.
 
-    One machine: a standalone rendezvous on a free local port. Several machines: run the same command
-    on each (the same ``rdzv_endpoint`` host:port, reachable from all, and the same ``rdzv_id``);
-    torchrun's c10d rendezvous assigns the node ranks.
+    One machine: a standalone rendezvous on a free local port. Several machines: run it on each with
+    the same ``rdzv_endpoint`` host:port (reachable from all) and ``rdzv_id``; torchrun's c10d
+    rendezvous assigns the node ranks. ``rdzv_host``: whether this machine hosts the rendezvous store
+    at ``rdzv_endpoint`` (None: torchrun guesses from the host name, which misses an address of a
+    second network interface). ``rdzv_timeout``: seconds a machine waits for the others to join (and
+    for the rendezvous store to answer). No restarts (``--max-restarts=0``): a failed process fails
+    the job on every machine, which the train stage resumes from its step checkpoint when run again.
     """
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes > 1:
         if not rdzv_endpoint:
             raise ValueError("train.nnodes > 1 needs train.rdzv_endpoint (host:port of the rendezvous)")
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+        conf = ([f"join_timeout={rdzv_timeout}", f"read_timeout={rdzv_timeout}"] if rdzv_timeout else []) + (
+            [f"is_host={int(rdzv_host)}"] if rdzv_host is not None else []
+        )
+        cmd += ["--max-restarts=0"] + ([f"--rdzv-conf={','.join(conf)}"] if conf else [])
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", module, *args]

@@ -52,7 +52,14 @@ from pipeline.io.files import write_json_atomic
 from pipeline.runtime.device import autocast, compute_settings, nondeterministic_ops_named, resolve_device
 from pipeline.training.averaging import prune, snapshot_path
 from pipeline.training.checkpoints import save_atomic
-from pipeline.training.distributed import ONE_PROCESS, DistContext, all_reduce_sum, shard_batches
+from pipeline.training.distributed import (
+    ONE_PROCESS,
+    DistContext,
+    all_reduce_sum,
+    broadcast_from_main,
+    check_same_job,
+    shard_batches,
+)
 from pipeline.training.schedule import EarlyStopping, LRSchedule
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import token_batches
@@ -226,6 +233,14 @@ def train(
     model.to(device)
     if cfg.compile:
         model.compile_recurrence()
+    # A run resumes only its own last.pt: same settings, data and training run. The run is in the
+    # fingerprint because model.pt (the best validation so far) may date from before the interruption:
+    # resumed under another MLflow run (the first one was not found again), the run that logged the
+    # early epochs would not be the one the model is registered under. Such a run starts afresh.
+    job = {"data": data_hash, **(model_info or {})}
+    fp = fingerprint(asdict(cfg), model_config, {**job, "run": run_key})
+    # Every rank must train the same job (settings and data: each machine reads its own copies).
+    check_same_job(fingerprint(asdict(cfg), model_config, job), ctx)
     net = (
         DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         if ctx.enabled
@@ -233,31 +248,29 @@ def train(
     )
     optimizer = _optimizer(cfg, model, device)
     schedule, stopper, prog = cfg.schedule(), EarlyStopping(cfg.patience, cfg.min_delta), Progress()
-    # A run resumes only its own last.pt: same settings, data and training run. The run is in the
-    # fingerprint because model.pt (the best validation so far) may date from before the interruption:
-    # resumed under another MLflow run (the first one was not found again), the run that logged the
-    # early epochs would not be the one the model is registered under. Such a run starts afresh.
-    fp = fingerprint(asdict(cfg), model_config, {"data": data_hash, **(model_info or {}), "run": run_key})
 
     last = state_dir / "last.pt"
-    if ctx.is_main:  # temp files of a write that a killed run never finished
-        for stale in {*ckpt_dir.glob(".*.tmp"), *state_dir.glob(".*.tmp")}:
+    ckpt, resumed = None, False
+    if ctx.is_main:  # the main rank decides from its own files; the others follow (they may have none)
+        for stale in {*ckpt_dir.glob(".*.tmp"), *state_dir.glob(".*.tmp")}:  # of a write a killed run never finished
             stale.unlink(missing_ok=True)
-    ckpt = _load_resumable(last, device)
-    resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
-    if ckpt is not None and ckpt.get("fingerprint") != fp and ctx.is_main:
-        print(f"{last} is of other settings, data or training run; starting afresh", file=sys.stderr)
-    if resumed and math.isfinite(ckpt["progress"]["best"]) and not (ckpt_dir / "model.pt").exists():
-        # The best weights so far are gone (DVC deletes a stage output it holds no record of: `dvc exp run`
-        # after an interrupted run does): resumed, a run whose best epoch came before the interruption
-        # would end without a model.pt.
-        resumed = False
-        if ctx.is_main:
+        ckpt = _load_resumable(last, device if not ctx.enabled else torch.device("cpu"))
+        resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
+        if ckpt is not None and ckpt.get("fingerprint") != fp:
+            print(f"{last} is of other settings, data or training run; starting afresh", file=sys.stderr)
+        if resumed and math.isfinite(ckpt["progress"]["best"]) and not (ckpt_dir / "model.pt").exists():
+            # The best weights so far are gone (DVC deletes a stage output it holds no record of: `dvc exp run`
+            # after an interrupted run does): resumed, a run whose best epoch came before the interruption
+            # would end without a model.pt.
+            resumed = False
             print(f"{ckpt_dir / 'model.pt'} (the best weights before {last}) is gone; starting afresh", file=sys.stderr)
-    if not resumed and ctx.is_main:  # a fresh run: no output of a previous run may stay behind as its own
-        for name in ("model.pt", "history.json"):
-            (ckpt_dir / name).unlink(missing_ok=True)
-        prune(ckpt_dir, 0)
+        if not resumed:  # a fresh run: no output of a previous run may stay behind as its own
+            for name in ("model.pt", "history.json"):
+                (ckpt_dir / name).unlink(missing_ok=True)
+            prune(ckpt_dir, 0)
+    # With several processes the main rank's checkpoint goes to all: another machine has no last.pt.
+    ckpt = broadcast_from_main(ckpt if resumed else None, ctx)
+    resumed = ckpt is not None
     if resumed:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])

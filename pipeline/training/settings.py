@@ -46,6 +46,7 @@ class TrainConfig:
     nproc: int = 1  # processes per machine (torchrun; one per GPU)
     nnodes: int = 1  # machines
     rdzv_endpoint: str | None = None  # host:port of torchrun's rendezvous when nnodes > 1
+    rdzv_timeout: int = 600  # seconds the first machine waits for the others, and a collective for a silent peer
     max_train_examples: int | None = None  # the first N training rows only (cpu presets)
     max_valid_examples: int | None = None  # the first N validation rows only
 
@@ -54,7 +55,7 @@ class TrainConfig:
             raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"train.amp must be one of {AMP_MODES}, got {self.amp!r}")
-        for name in ("batch_size", "update_freq", "nproc", "nnodes", "log_every"):
+        for name in ("batch_size", "update_freq", "nproc", "nnodes", "log_every", "rdzv_timeout"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_steps", "max_tokens", "validate_every", "checkpoint_every", "checkpoint_minutes"):

@@ -15,7 +15,15 @@ import torch.multiprocessing as mp
 from models.backbone_heads import TINY_BART
 from models.registry import MECHANISMS, model_config, runs_on_backbone
 from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples
-from pipeline.training.distributed import DistContext, shard_batches, torchrun_command
+from pipeline.training.distributed import (
+    DistContext,
+    JobMismatch,
+    check_same_job,
+    lost_contact,
+    main_rank,
+    shard_batches,
+    torchrun_command,
+)
 from pipeline.training.loop import Progress, _optimizer, _train_step, build_seeded_model
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate
@@ -155,5 +163,48 @@ def test_torchrun_command_one_machine_and_several():
     ]
     many = torchrun_command("pipeline.stages.train", [], nproc=8, nnodes=4, rdzv_endpoint="node0:29500", rdzv_id="job")
     assert "--nnodes=4" in many and "--rdzv-endpoint=node0:29500" in many and "--rdzv-backend=c10d" in many
+    assert "--max-restarts=0" in many and not any(a.startswith("--rdzv-conf") for a in many)
+    # The stage's machine hosts the rendezvous store (rdzv_endpoint is its address); a joining one does not.
+    owner = torchrun_command(
+        "m", [], nproc=1, nnodes=2, rdzv_endpoint="10.0.0.1:29500", rdzv_timeout=90, rdzv_host=True
+    )
+    assert "--rdzv-conf=join_timeout=90,read_timeout=90,is_host=1" in owner
+    joiner = torchrun_command("m", [], nproc=1, nnodes=2, rdzv_endpoint="10.0.0.1:29500", rdzv_host=False)
+    assert "--rdzv-conf=is_host=0" in joiner
     with pytest.raises(ValueError, match="rdzv_endpoint"):
         torchrun_command("pipeline.stages.train", [], nproc=1, nnodes=2)
+
+
+def test_the_writing_rank_is_the_one_on_the_machine_that_runs_the_stage():
+    # torchrun's c10d rendezvous numbers machines by host name: the stage's machine may get any rank.
+    assert main_rank([False, True], one_machine=False) == 1
+    assert main_rank([True, False, False, False], one_machine=False) == 0
+    assert main_rank([False, False], one_machine=True) == 0  # torchrun started by hand on one machine
+    with pytest.raises(JobMismatch, match=r"ranks \[0, 2\] each run the train stage .* run the stage on one machine"):
+        main_rank([True, False, True, False], one_machine=False)
+    with pytest.raises(JobMismatch, match="no machine of this job runs the train stage"):
+        main_rank([False, False], one_machine=False)
+
+
+def test_ranks_with_other_settings_or_data_are_named(monkeypatch):
+    seen = {0: "a", 1: "b", 2: "a"}  # what all_gather_object would collect from three ranks
+
+    def gather(out, value):
+        out[:] = [seen[r] for r in range(len(out))]
+
+    monkeypatch.setattr(torch.distributed, "all_gather_object", gather)
+    with pytest.raises(JobMismatch, match=r"ranks \[1\] have other train/model settings or data than rank 0"):
+        check_same_job("a", DistContext(rank=0, world=3, main=0))
+    with pytest.raises(JobMismatch, match=r"ranks \[0, 2\] have other .* than rank 1 \(the one that writes"):
+        check_same_job("b", DistContext(rank=1, world=3, main=1))
+    seen.update({1: "a"})
+    check_same_job("a", DistContext(rank=2, world=3, main=0))  # all the same: no error
+    check_same_job("x", DistContext())  # one process: nothing to compare
+
+
+def test_lost_contact_is_told_from_other_errors():
+    gloo = RuntimeError(
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [10.31.0.2]:30949: Connection reset by peer"
+    )
+    assert lost_contact(gloo) and lost_contact(torch.distributed.DistNetworkError("Broken pipe"))
+    assert not lost_contact(RuntimeError("non-finite training loss nan")) and not lost_contact(ValueError("x"))
