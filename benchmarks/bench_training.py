@@ -61,7 +61,7 @@ from benchmarks.decoders import add_decoder_args, decoder_sizes, label  # noqa: 
 from benchmarks.decoders import rows as decoder_rows  # noqa: E402
 from benchmarks.gigaword_shaped import sample_pairs, words  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from models.registry import MECHANISMS, build_model  # noqa: E402
+from models.registry import MECHANISMS, build_model, runs_on_backbone  # noqa: E402
 from pipeline.runtime import mkl_vendor  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
 from pipeline.runtime.math_pins import PINS, cpu_model  # noqa: E402
@@ -73,7 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
+    own = [m for m in MECHANISMS if not runs_on_backbone(m)]  # backbone_*: benchmarks/bench_backbones.py
+    p.add_argument("--mechanisms", nargs="+", default=own, choices=own)
     p.add_argument(
         "--vocabs", nargs="+", type=int, default=[1000, 16000, 50000], help="target (and source) vocabulary sizes"
     )

@@ -94,6 +94,8 @@ class BackbonePointerGeneratorOutput(BackboneHead, PointerGeneratorOutput):
     """See et al. eq. 8-9 (and 10, 12-13) with P_vocab the LM head's softmax (``PointerGeneratorOutput``'s
     objective, heat-map and coverage-loss code, its own gate)."""
 
+    gen_is_logits = False  # Scores.gen is the LM head's log-softmax: the generic readers
+
     def __init__(self, d_model: int, opts: BackbonePointerGeneratorOptions):
         OutputLayer.__init__(self)
         self.gate = nn.Linear(3 * d_model, 1)  # [w_c; w_s; w_x], b of eq. 8 over [c_t; s_t; x_t]
@@ -136,6 +138,10 @@ class BackboneCopyNetOutput(BackboneHead, CopyNetOutput):
 
     def score_all(self, s: torch.Tensor, context: torch.Tensor, view: State) -> Scores:
         return shared_softmax(view["lm_logits"], self.copy_scores(s, view))  # eq. 4-6 over psi_g and psi_c (eq. 8)
+
+    # psi_g comes from the LM head, not from a projection of this layer's (CopyNetOutput reads W_o's
+    # rows at the gold words): the generic reader gathers the gold words' scores.
+    sequence_gold = OutputLayer.sequence_gold
 
 
 class BackbonePointerSoftmaxOutput(BackboneHead, PointerSoftmaxOutput):

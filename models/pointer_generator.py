@@ -121,8 +121,15 @@ class PointerGeneratorOutput(OutputLayer):
         parts["hidden"] = hidden
         return Scores(logits, log_gen, log_attn, log_copy, parts)
 
+    # True: ``Scores.gen`` holds this layer's logits, normalised by its readers (distribution,
+    # sequence_gold); a subclass whose generate side comes normalised (the pretrained backbone's head,
+    # models/backbone_heads.py) sets False and gets the generic readers.
+    gen_is_logits = True
+
     def distribution(self, scores: Scores, view: State) -> torch.Tensor:
         """eq. 9 over V + X: P_vocab = log_softmax of the logits (full precision for large logits)."""
+        if not self.gen_is_logits:
+            return super().distribution(scores, view)
         log_vocab = torch.log_softmax(scores.gen, dim=-1)  # (B, T, V) log P_vocab
         return extended_log_probs(
             log_vocab,
@@ -151,6 +158,11 @@ class PointerGeneratorOutput(OutputLayer):
 
     def sequence_gold(self, scores: Scores, view: State, target: torch.Tensor, batch, objective: bool) -> torch.Tensor:
         """-loss_t of eq. 13 for every step (B, T) when ``objective``, else log P(w*_t)."""
+        if not self.gen_is_logits:
+            gold = super().sequence_gold(scores, view, target, batch, objective)  # (B, T) log P(w*_t)
+            if objective and self.coverage:
+                gold = gold - self.coverage_loss_weight * scores.parts["covloss"]
+            return gold
         gen_gold = self.project_gold(scores.parts["hidden"], self.vocab, target)  # (B, T) logit of w*_t, or None
         gold = gold_log_probs(
             scores.gen,
