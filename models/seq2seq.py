@@ -47,12 +47,12 @@ Validation (eval mode) always scores log p(y_t), the same quantity for every mec
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from models.config import ModelConfig, NoOptions, parse_options
 from models.decoder import BahdanauDecoder
@@ -67,6 +67,20 @@ from models.specials import BOS, PAD, UNK
 from models.transformer_decoder import recurrent_or_transformer
 
 State = dict[str, torch.Tensor | int]
+
+
+# Optimizer steps taken in this process, by any optimizer (a global hook of torch.optim): what
+# invalidates the output layers' inference copies of their weights (OutputLayer._inference_copy). A fused
+# optimizer (Adam with fused=True, the training loop's) writes the weights without moving their
+# version counters, so those alone cannot tell.
+_optimizer_steps = [0]
+
+
+def _count_optimizer_step(optimizer, args, kwargs) -> None:
+    _optimizer_steps[0] += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
 
 
 @dataclass
@@ -197,27 +211,50 @@ class OutputLayer(nn.Module):
     def project(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         """linear(x) with the unemittable words at NEG, in at least float32: (..., In) -> (..., V).
 
-        Inside a search (:func:`frozen_for_search`), the product reads a transposed copy of the
-        weight, (In, V) contiguous, made once per search: a search step multiplies a few rows by the
-        whole (V, In) weight, and MKL streams the transposed layout 2-4x faster there (one row at
-        V = 16,000: 1.0-1.9 ms against 3.9-4.2; ten rows 5.6-6.0 against 8.8-10.0), with the same
-        bits. Only there: a copy kept across calls could outlive an optimizer step (fused Adam
-        updates the weights without moving their version counter)."""
-        if self._search_copies is None:
+        Without gradients (search, validation) the product reads a transposed copy of the weight,
+        (In, V) contiguous (:meth:`_inference_copy`): a search step multiplies a few rows by the whole
+        (V, In) weight, and MKL streams the transposed layout 2-4x faster there (one row at V = 16,000:
+        1.0-1.9 ms against 3.9-4.2; ten rows 5.6-6.0 against 8.8-10.0). Its values equal F.linear's to
+        rounding (the same bits at those sizes, not at every size); every search and validation reads it."""
+        if torch.is_grad_enabled():
             bias = self.unemittable_bias(linear.out_features, linear.weight)
             return at_least_fp32(F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias))
-        held = self._search_copies.get(id(linear))
-        if held is None:
-            bias = self.unemittable_bias(linear.out_features, linear.weight)
-            held = (
-                linear.weight.detach().t().contiguous(),
-                bias if linear.bias is None else linear.bias.detach() + bias,
-            )
-            self._search_copies[id(linear)] = held
-        out = torch.addmm(held[1], x.reshape(-1, x.size(-1)), held[0])  # (N, V)
+        weight_t, bias = self._inference_copy(linear)  # (In, V), (V,)
+        out = torch.addmm(bias, x.reshape(-1, x.size(-1)), weight_t)  # (N, V)
         return at_least_fp32(out.view(*x.shape[:-1], out.size(-1)))
 
-    _search_copies: dict | None = None  # id(linear) -> (weight^T, bias), inside frozen_for_search only
+    def _inference_copy(self, linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight^T contiguous (In, V), bias with the unemittable words at NEG (V,)) of ``linear``, kept
+        between calls and made again when the weights may have changed: another weight tensor, a
+        version counter moved (an in-place write, ``load_state_dict``), any optimizer's step since
+        (``_optimizer_steps``: a fused optimizer writes without moving the version counter), or the
+        layer put in training mode. Transposing costs 15-20 ms at V = 16,000, so a copy made per
+        search would cost a one-sentence search more than it saves."""
+        weight, bias = linear.weight, linear.bias
+        key = (
+            weight._version,
+            None if bias is None else bias._version,
+            _optimizer_steps[0],
+            weight.device,
+            weight.dtype,
+        )
+        held = self._inference_copies.get(id(linear))
+        if held is None or held[0] is not weight or held[1] != key:
+            with torch.no_grad():
+                full = self.unemittable_bias(linear.out_features, weight)
+                if bias is not None:
+                    full = bias + full
+                held = (weight, key, weight.t().contiguous(), full)
+            self._inference_copies[id(linear)] = held
+        return held[2], held[3]
+
+    @property
+    def _inference_copies(self) -> dict:
+        return self.__dict__.setdefault("_inference_copies_dict", {})
+
+    def train(self, mode: bool = True):
+        self._inference_copies.clear()  # training is about to change the weights
+        return super().train(mode)
 
     def project_gold(self, x: torch.Tensor, linear: nn.Linear, target: torch.Tensor) -> torch.Tensor | None:
         """``self.project(x, linear)`` at the ids ``target`` (clamped to V - 1), (B, T), computed from the
@@ -238,23 +275,6 @@ class OutputLayer(nn.Module):
     def mask_unemittable(self, scores: torch.Tensor) -> torch.Tensor:
         """scores (..., V) with <pad>, <s> and words past the shortlist at NEG (see ``unemittable_bias``)."""
         return scores + self.unemittable_bias(scores.size(-1), scores)
-
-
-@contextmanager
-def frozen_for_search(model: nn.Module):
-    """A search's scope: the weights do not change until it ends, so output layers may keep
-    search-friendly copies of them (``OutputLayer.project``); dropped on leaving. Nested uses keep
-    the outer scope's copies."""
-    target = model if isinstance(model, nn.Module) else getattr(model, "model", None)  # a wrapper's model
-    modules = target.modules() if isinstance(target, nn.Module) else ()
-    layers = [m for m in modules if isinstance(m, OutputLayer) and m._search_copies is None]
-    for layer in layers:
-        layer._search_copies = {}
-    try:
-        yield model
-    finally:
-        for layer in layers:
-            layer._search_copies = None
 
 
 def shared_softmax(gen: torch.Tensor, copy: torch.Tensor) -> Scores:

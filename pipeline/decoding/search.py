@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 
 from models.extended import NEG
-from models.seq2seq import frozen_for_search
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, UNK
 
 
@@ -95,25 +94,6 @@ def beam_search(
     """Top ``beam_size`` hypotheses per example, best first. All examples decode at once.
     ``deadline``/``stop``: see the module docstring (checked before the encoder and each step).
     ``keep_attention``: each hypothesis's ``trace["attn"]`` (its length, S), when the model attends."""
-    with frozen_for_search(model):
-        return _beam_search(
-            model,
-            batch,
-            beam_size,
-            max_len,
-            min_len,
-            length_penalty,
-            block_ngram,
-            deadline,
-            stop,
-            ban_unk,
-            keep_attention,
-        )
-
-
-def _beam_search(
-    model, batch, beam_size, max_len, min_len, length_penalty, block_ngram, deadline, stop, ban_unk, keep_attention
-) -> list[list[Hypothesis]]:
     check_interrupt(deadline, stop)
     device = batch.src.device
     bsz, k = batch.size, beam_size
@@ -210,11 +190,6 @@ def greedy(
     """Argmax decoding; ``trace_keys`` records state tensors per step (e.g. 'copy_logp', 'attn');
     ``deadline``/``stop`` as for :func:`beam_search`; ``min_len``: no </s> before that many tokens
     (as :func:`beam_search`)."""
-    with frozen_for_search(model):
-        return _greedy(model, batch, max_len, trace_keys, deadline, stop, ban_unk, min_len)
-
-
-def _greedy(model, batch, max_len, trace_keys, deadline, stop, ban_unk, min_len) -> list[Hypothesis]:
     check_interrupt(deadline, stop)
     device = batch.src.device
     state = model.encode(batch)
