@@ -82,6 +82,21 @@ def _count_optimizer_step(optimizer, args, kwargs) -> None:
 
 register_optimizer_step_post_hook(_count_optimizer_step)
 
+# Search steps of 2 to PACKED_ROWS rows (a beam of one sentence) multiply by MKL's packed output
+# weight (OutputLayer.project); above it the packing saves nothing (64 rows: 9.5-11 ms either way).
+PACKED_ROWS = 24
+
+
+def packed_product_usable(rows: torch.Tensor, weight: torch.Tensor) -> bool:
+    """MKL's packed-weight product applies: float32 on the CPU, no autocast, a PyTorch built with MKL."""
+    return (
+        rows.device.type == "cpu"
+        and rows.dtype == weight.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+        and torch.backends.mkl.is_available()
+        and hasattr(torch.ops.mkl, "_mkl_linear")
+    )
+
 
 @dataclass
 class Scores:
@@ -211,25 +226,42 @@ class OutputLayer(nn.Module):
     def project(self, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
         """linear(x) with the unemittable words at NEG, in at least float32: (..., In) -> (..., V).
 
-        Without gradients (search, validation) the product reads a transposed copy of the weight,
-        (In, V) contiguous (:meth:`_inference_copy`): a search step multiplies a few rows by the whole
-        (V, In) weight, and MKL streams the transposed layout 2-4x faster there (one row at V = 16,000:
-        1.0-1.9 ms against 3.9-4.2; ten rows 5.6-6.0 against 8.8-10.0). Its values equal F.linear's to
-        rounding (the same bits at those sizes, not at every size); every search and validation reads it."""
+        Without gradients (search, validation) the product reads copies of the weight kept between
+        calls (:meth:`_inference_copy`), because a search step multiplies a few rows by the whole
+        (V, In) weight and plain GEMM re-packs that weight on every call (at V = 16,000, one thread,
+        measured in benchmarks/bench_vs_onmt.py's setting):
+        - one row, or more than ``PACKED_ROWS``: the transposed weight (In, V) contiguous, which MKL
+          streams 2-4x faster than F.linear's layout (one row: 1.0-1.9 ms against 3.9-4.2);
+        - 2 to ``PACKED_ROWS`` rows (a beam of one sentence: 10), MKL's packed-weight product
+          (``cblas_sgemm_pack`` once, ``cblas_sgemm_compute`` per call; PyTorch's ``mkl._mkl_linear``,
+          what its graph-freezing passes use): ten rows 2.8-2.9 ms against 5.3-5.9 for the
+          transposed product (at 50,000: 10.7 against 19.1). Under the math pins it gives the same
+          bits on both simulated vendors (tests/pipeline/runtime/test_math_pins.py, math_check's
+          ``product_packed``).
+        Values equal F.linear's to float32 rounding, not bit for bit; every search and validation
+        reads them, so they are what the pins make the same on every machine."""
         if torch.is_grad_enabled():
             bias = self.unemittable_bias(linear.out_features, linear.weight)
             return at_least_fp32(F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias))
-        weight_t, bias = self._inference_copy(linear)  # (In, V), (V,)
-        out = torch.addmm(bias, x.reshape(-1, x.size(-1)), weight_t)  # (N, V)
+        rows = x.reshape(-1, x.size(-1))  # (N, In)
+        n = rows.size(0)
+        if 2 <= n <= PACKED_ROWS and packed_product_usable(rows, linear.weight):
+            packed, bias = self._inference_copy(linear, packed_rows=n)
+            out = torch.ops.mkl._mkl_linear(rows, packed, linear.weight, bias, n)  # (N, V)
+        else:
+            weight_t, bias = self._inference_copy(linear)  # (In, V), (V,)
+            out = torch.addmm(bias, rows, weight_t)  # (N, V)
         return at_least_fp32(out.view(*x.shape[:-1], out.size(-1)))
 
-    def _inference_copy(self, linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weight^T contiguous (In, V), bias with the unemittable words at NEG (V,)) of ``linear``, kept
-        between calls and made again when the weights may have changed: another weight tensor, a
-        version counter moved (an in-place write, ``load_state_dict``), any optimizer's step since
+    def _inference_copy(self, linear: nn.Linear, packed_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight^T contiguous (In, V), bias with the unemittable words at NEG (V,)) of ``linear``;
+        with ``packed_rows`` N, (MKL's packed weight for N-row products, the same bias). Kept between
+        calls and made again when the weights may have changed: another weight tensor, a version
+        counter moved (an in-place write, ``load_state_dict``), any optimizer's step since
         (``_optimizer_steps``: a fused optimizer writes without moving the version counter), or the
-        layer put in training mode. Transposing costs 15-20 ms at V = 16,000, so a copy made per
-        search would cost a one-sentence search more than it saves."""
+        layer put in training mode. Transposing costs 15-20 ms at V = 16,000 and packing about 20
+        (65 at 50,000), so a copy made per search would cost a one-sentence search more than it
+        saves. One packed copy is kept, for the last N (2.5x the weight's memory)."""
         weight, bias = linear.weight, linear.bias
         key = (
             weight._version,
@@ -244,9 +276,13 @@ class OutputLayer(nn.Module):
                 full = self.unemittable_bias(linear.out_features, weight)
                 if bias is not None:
                     full = bias + full
-                held = (weight, key, weight.t().contiguous(), full)
+                held = [weight, key, weight.t().contiguous(), full, None]  # packed: (N, weight) when made
             self._inference_copies[id(linear)] = held
-        return held[2], held[3]
+        if not packed_rows:
+            return held[2], held[3]
+        if held[4] is None or held[4][0] != packed_rows:
+            held[4] = (packed_rows, torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), packed_rows))
+        return held[4][1], held[3]
 
     @property
     def _inference_copies(self) -> dict:

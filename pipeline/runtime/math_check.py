@@ -3,7 +3,7 @@ JSON, this process's CPU, instruction sets and math pins (:mod:`pipeline.runtime
 pipeline.*`` process pins per params.yaml, like every stage), a fingerprint (sha256 prefix) of each
 operation whose code path the pins fix, and whether each equals the reference machine's
 (``reference_fingerprints.json`` beside this file: the machine, torch and date it was made on):
-matrix products of an output layer's and a recurrence's shapes, also at misaligned addresses (MKL),
+matrix products of an output layer's and a recurrence's shapes, also at misaligned addresses and with MKL's packed weight (MKL),
 a batched product, ``exp``, ``log`` and ``tanh`` (MKL's VML), ``log_softmax``, ``logsumexp``,
 ``sigmoid`` and normal random numbers (ATen's vectorised kernels), a GRU forward and backward as
 PyTorch computes it and as the encoder does (``models.bigru``), an LSTM forward and backward
@@ -25,6 +25,7 @@ import torch
 
 from models.bigru import bigru
 from models.extended import logsumexp
+from models.seq2seq import packed_product_usable
 from pipeline.runtime.math_pins import math_state
 
 REFERENCE = Path(__file__).with_name("reference_fingerprints.json")
@@ -45,6 +46,15 @@ def _misaligned(x: torch.Tensor, offset: int) -> torch.Tensor:
     return view
 
 
+def _packed_product(rows: torch.Tensor, weight: torch.Tensor) -> str:
+    """MKL's packed-weight product, as a search step of one sentence's beam computes its output
+    layer (models.seq2seq.OutputLayer.project)."""
+    if not packed_product_usable(rows, weight):
+        return "unavailable"
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows.size(0))
+    return _digest(torch.ops.mkl._mkl_linear(rows, packed, weight, torch.zeros(weight.size(0)), rows.size(0)))
+
+
 def fingerprints(seed: int = 0) -> dict[str, str]:
     """One digest per operation on fixed seeded inputs (one thread)."""
     torch.set_num_threads(1)
@@ -58,6 +68,7 @@ def fingerprints(seed: int = 0) -> dict[str, str]:
         "matmul_output_layer": _digest(torch.nn.functional.linear(s, w)),
         "matmul_one_row": _digest(torch.nn.functional.linear(s[:1], w)),
         "matmul_misaligned": _digest(_misaligned(s[:10], 3) @ _misaligned(w, 5).t()),
+        "matmul_packed": _packed_product(s[:10], w),
         "bmm": _digest(torch.bmm(torch.randn(8, 30, 50, generator=gen), torch.randn(8, 50, 40, generator=gen))),
         "exp": _digest(torch.exp(x)),
         "log": _digest(torch.log(x.abs() + 1e-3)),

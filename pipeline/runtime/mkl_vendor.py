@@ -28,6 +28,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -104,9 +105,17 @@ def intel_answer_in_force() -> bool:
 
 
 def main() -> None:
+    """``make install``'s step. Without a C compiler the install still completes (an Intel CPU does
+    not need the answer); on another vendor's CPU the stages then say ``math_pinned: false``."""
     lib = build(1)
     if lib is None:
-        raise SystemExit("could not build MKL's vendor answer: no working C compiler (cc)")
+        print(
+            "warning: could not build MKL's vendor answer (no working C compiler, cc): on a non-Intel CPU "
+            "the stages will run MKL's own code path and record math_pinned: false; install cc "
+            "(Debian: apt-get install gcc) and rerun `make install` for the same bits as every other machine",
+            file=sys.stderr,
+        )
+        return
     print(lib)
 
 

@@ -5,6 +5,7 @@ write, load_state_dict, and in training mode it is not used at all."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.nn import functional as F
 
@@ -24,11 +25,12 @@ def _same(a, b):
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_the_inference_copy_follows_every_change_of_the_weights():
+@pytest.mark.parametrize("rows", [1, 3, 40], ids=["one-row", "packed", "transposed"])
+def test_the_inference_copy_follows_every_change_of_the_weights(rows):
     torch.manual_seed(0)
     model = build_model("copynet", ModelConfig(src_vocab=20, tgt_vocab=30, emb=8, hidden=12))
     layer = model.output
-    x = torch.randn(3, 12)
+    x = torch.randn(rows, 12)
     with torch.no_grad():
         _same(layer.project(x, layer.w_o), _expected(layer, x))
         held = layer._inference_copies[id(layer.w_o)][2]
@@ -49,3 +51,32 @@ def test_the_inference_copy_follows_every_change_of_the_weights():
         _same(layer.project(x, layer.w_o), _expected(layer, x))
     model.train()
     assert not layer._inference_copies  # training mode drops the copy
+
+
+def test_packed_copy_is_made_once_per_row_count_and_matches_the_product():
+    """A beam of one sentence (10 rows) at a real output layer's size reads MKL's packed weight: made
+    once, kept while the row count stays, remade for another; its values are the product's."""
+    from models import seq2seq
+
+    if not seq2seq.packed_product_usable(torch.zeros(2, 2), torch.zeros(2, 2)):
+        pytest.skip("this PyTorch has no MKL packed product")
+    torch.manual_seed(0)
+    model = build_model("pointer_generator", ModelConfig(src_vocab=50, tgt_vocab=3000, emb=16, hidden=64))
+    model.eval()
+    layer = model.output
+    linear = layer.vocab  # V' of See et al. eq. 4: (3000, 64)
+    with torch.no_grad():
+        x = torch.randn(10, linear.in_features)
+        _same(layer.project(x, linear), _expected_for(layer, linear, x))
+        packed = layer._inference_copies[id(linear)][4]
+        assert packed[0] == 10
+        layer.project(torch.randn(10, linear.in_features), linear)
+        assert layer._inference_copies[id(linear)][4] is packed  # kept for the same row count
+        y = torch.randn(4, linear.in_features)
+        _same(layer.project(y, linear), _expected_for(layer, linear, y))
+        assert layer._inference_copies[id(linear)][4][0] == 4
+
+
+def _expected_for(layer, linear, x):
+    bias = layer.unemittable_bias(linear.out_features, linear.weight)
+    return F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias)
