@@ -11,7 +11,8 @@ FMA, div, sqrt, conversions, shuffles) is exactly specified by IEEE 754 or the I
 
 What runs:
 
-1. Every mechanism of ``models.registry`` on each decoder it accepts, tiny sizes, under
+1. Every mechanism of ``models.registry`` on each decoder it accepts (not the ``backbone_*`` heads, which need a
+   pretrained checkpoint), tiny sizes, under
    ``valgrind --tool=callgrind`` with the pins in force (as a stage process pins): two training
    steps (forward, backward, clipping, fused Adam), greedy and beam search; plus
    ``pipeline.runtime.math_check``'s fingerprint operations and the large products of a real
@@ -57,7 +58,7 @@ state = pin_math_libraries(True)
 assert state["math_pinned"] == "true", state
 import torch
 from models.config import ModelConfig
-from models.registry import DECLARED, build_model
+from models.registry import DECLARED, build_model, runs_on_backbone
 from pipeline.decoding.search import beam_search, greedy
 from pipeline.runtime.device import compute_settings
 from pipeline.runtime.math_check import fingerprints
@@ -73,6 +74,8 @@ src = [[words[(3 * i + j) % 40] for j in range(6 + i % 3)] for i in range(4)]
 tgt = [s[1:4] + [words[i]] for i, s in enumerate(src)]
 batch = collate(src, tgt, vocab, vocab)
 for name, mech in DECLARED.items():
+    if runs_on_backbone(name):  # needs a pretrained checkpoint (model.backbone): not audited here
+        continue
     for decoder in mech.decoders:
         torch.manual_seed(0)
         sizes = {"decoder": "transformer", "decoder_heads": 2} if decoder == "transformer" else {}

@@ -3,7 +3,7 @@ real training loop, and decoding sentences/s (greedy and beam search, a batch at
 sentence at a time), for the deterministic default (math pins, deterministic kernels) and
 unpinned, with every ratio to OpenNMT-py printed.
 
-    PYTHONPATH=/tmp/site .venv/bin/python benchmarks/bench_vs_onmt.py                 # 16k and 50k, ~40 min
+    PYTHONPATH=/tmp/site .venv/bin/python benchmarks/bench_vs_onmt.py                 # 16k and 50k, ~1.5 h on 2 cores
     PYTHONPATH=/tmp/site .venv/bin/python benchmarks/bench_vs_onmt.py --vocabs 16000 --rounds 1 --steps 20
     PYTHONPATH=/tmp/site .venv/bin/python benchmarks/bench_vs_onmt.py --simulate-vendor   # MKL told the other vendor
 

@@ -280,9 +280,11 @@ class OutputLayer(nn.Module):
             self._inference_copies[id(linear)] = held
         if not packed_rows:
             return held[2], held[3]
-        if held[4] is None or held[4][0] != packed_rows:
-            held[4] = (packed_rows, torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), packed_rows))
-        return held[4][1], held[3]
+        packed = held[4]  # read once: a concurrent search may replace it with another N's
+        if packed is None or packed[0] != packed_rows:
+            packed = (packed_rows, torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), packed_rows))
+            held[4] = packed
+        return packed[1], held[3]
 
     @property
     def _inference_copies(self) -> dict:
