@@ -236,8 +236,9 @@ class OutputLayer(nn.Module):
           (``cblas_sgemm_pack`` once, ``cblas_sgemm_compute`` per call; PyTorch's ``mkl._mkl_linear``,
           what its graph-freezing passes use): ten rows 2.8-2.9 ms against 5.3-5.9 for the
           transposed product (at 50,000: 10.7 against 19.1). Under the math pins it gives the same
-          bits on both simulated vendors (tests/pipeline/runtime/test_math_pins.py, math_check's
-          ``product_packed``).
+          bits on every simulated machine (benchmarks/bench_math_pins.py), and
+          ``pipeline.runtime.math_check`` compares its ``matmul_packed`` fingerprint with the
+          reference machine's.
         Values equal F.linear's to float32 rounding, not bit for bit; every search and validation
         reads them, so they are what the pins make the same on every machine."""
         if torch.is_grad_enabled():
@@ -276,7 +277,7 @@ class OutputLayer(nn.Module):
                 full = self.unemittable_bias(linear.out_features, weight)
                 if bias is not None:
                     full = bias + full
-                held = [weight, key, weight.t().contiguous(), full, None]  # packed: (N, weight) when made
+                held = [weight, key, weight.t().contiguous(), full, None]  # then (N, packed weight)
             self._inference_copies[id(linear)] = held
         if not packed_rows:
             return held[2], held[3]
