@@ -27,7 +27,7 @@ output side; s_0 = tanh(W summary) as in the skeleton (See's code: ReLU of a lin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -35,7 +35,7 @@ from torch.nn import functional as F
 
 from models.attention import BahdanauAttention
 from models.config import ModelConfig, parse_options
-from models.extended import NEG, extended_log_probs, gold_log_probs, logsumexp
+from models.extended import NEG, gold_log_probs, logsumexp
 from models.seq2seq import ANY_DECODER, Mechanism, OutputLayer, Scores, Seq2Seq, State, at_least_fp32
 from models.transformer_decoder import recurrent_or_transformer
 
@@ -131,15 +131,7 @@ class PointerGeneratorOutput(OutputLayer):
         if not self.gen_is_logits:
             return super().distribution(scores, view)
         log_vocab = torch.log_softmax(scores.gen, dim=-1)  # (B, T, V) log P_vocab
-        return extended_log_probs(
-            log_vocab,
-            scores.gen_shift,
-            scores.copy,
-            scores.copy_shift,
-            view.get("src_ext"),
-            view["n_ext"],
-            view.get("src_same"),
-        )
+        return super().distribution(replace(scores, gen=log_vocab), view)
 
     def step_updates(self, scores: Scores) -> State:
         updates = {
