@@ -29,12 +29,6 @@ for _key, _value in {
     # afresh on every step (benchmarks/bench_training.py measures the difference). Read at the
     # first allocation, hence here, before torch is imported.
     "THP_MEM_ALLOC_ENABLE": "1",
-    # GNU OpenMP (PyTorch's CPU kernels, MKL): a thread with nothing to do sleeps at once instead of
-    # spinning. Alone that costs nothing; on a machine shared with other jobs a spinning thread burns
-    # the time slice the thread it waits for needs (benchmarks/bench_shared_machine.py: a training
-    # beside another 2-thread job on 2 cores). The work each thread does is the same, so are the bits
-    # (tests/pipeline/runtime/test_omp_wait_policy.py). Read when the OpenMP runtime loads, hence here.
-    "OMP_WAIT_POLICY": "PASSIVE",
 }.items():
     os.environ.setdefault(_key, _value)
 
@@ -52,15 +46,19 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from pipeline.config.validation import InputError  # noqa: E402
 
+# What the user gave is wrong: a setting or a data file (InputError), or an input file that is not
+# there (every reader names the path it looked for). The message says all; no traceback.
+USER_ERRORS = (InputError, FileNotFoundError)
+
 
 class _QuietInputErrors(logging.Filter):
-    """Drops Prefect's record of a flow or task run failing on an :class:`InputError` (about 40 lines
-    of traceback around a message that says all): :func:`cli` prints that message, once, last. Any
-    other failure keeps its traceback."""
+    """Drops Prefect's record of a flow or task run failing on one of :data:`USER_ERRORS` (about 40
+    lines of traceback around a message that says all): :func:`cli` prints that message, once, last.
+    Any other failure keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, InputError)
+        return not isinstance(error, USER_ERRORS)
 
 
 for _name in ("prefect.flow_runs", "prefect.task_runs"):
@@ -84,6 +82,6 @@ def cli(flow_fn, doc: str | None, *names: str):
     args = parser.parse_args()
     try:
         return flow_fn(*(getattr(args, name) for name in names), args.params)
-    except InputError as err:  # bad settings or data: the message alone, last, exit 2
+    except USER_ERRORS as err:  # bad settings or data, a missing input: the message alone, last, exit 2
         print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

@@ -167,7 +167,7 @@ def test_prefect_map_orders_results_and_retries_a_failed_chunk(harness):
 def test_a_stage_failing_on_bad_input_prints_one_message_last_and_exits_2(harness, tmp_path, monkeypatch, capfd):
     """A data error inside the prepare flow (a CSV with an open quote) ends in one line naming the
     file and line, printed last, exit code 2: no traceback of Prefect's around it (any other failure
-    keeps its traceback); a settings error found before the flow, likewise."""
+    keeps its traceback); a settings error found before the flow, and an input file that is gone, likewise."""
     import sys
 
     import yaml
@@ -188,6 +188,7 @@ def test_a_stage_failing_on_bad_input_prints_one_message_last_and_exits_2(harnes
         ({}, "all.csv:22: malformed CSV (unexpected end of data): check the quoting of this record"),
         ({"valid_fraction": 1.5}, "prepare.qa: parallel valid_fraction must be a number in [0, 1), got 1.5"),
         ({"subword": {"vocab_size": 0}}, "prepare.qa.subword.vocab_size must be an integer >= 260, got 0"),
+        ({"train_file": "gone.csv"}, f"missing input file(s): {raw / 'all.csv' / 'gone.csv'}"),  # a file gone since
     ]
     for change, message in cases:
         params["prepare"]["qa"] = {**settings, **change}

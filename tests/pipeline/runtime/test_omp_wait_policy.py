@@ -1,4 +1,4 @@
-"""OMP_WAIT_POLICY=PASSIVE (flows/__init__.py) for every stage process: idle OpenMP threads sleep
+"""OMP_WAIT_POLICY=PASSIVE (pipeline/__init__.py) for every stage process: idle OpenMP threads sleep
 instead of spinning, so a machine shared with other jobs costs time in proportion
 (benchmarks/bench_shared_machine.py); the work each thread does is the same, and so are the bits."""
 
@@ -19,7 +19,8 @@ def test_the_openmp_wait_policy_changes_no_bit_and_every_stage_sleeps_idle_threa
         assert spinning[mechanism] == sleeping[mechanism], mechanism  # weights, losses, beam scores, metrics
         assert sleeping[mechanism]["valid_loss"][-1] < sleeping[mechanism]["valid_loss"][0]  # it trained
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    probe = "import flows, os; print(os.environ['OMP_WAIT_POLICY'])"
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert proc.stdout.strip() == "PASSIVE", proc.stderr[-2000:]
+    for package in ("flows", "pipeline"):  # the stage flows, and `python -m pipeline.*` (a second machine's train_node)
+        probe = f"import {package}, os; print(os.environ['OMP_WAIT_POLICY'])"
+        proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.stdout.strip() == "PASSIVE", (package, proc.stderr[-2000:])
