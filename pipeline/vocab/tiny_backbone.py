@@ -4,16 +4,23 @@ download anywhere). Real pretrained backbones are a directory or a hub name (doc
 
 ``python -m pipeline.vocab.tiny_backbone --kind bart --shards data/shards/copy_rules/train --out data/backbones/tiny_bart``
 
-The tokenizer is a BPE without byte fallback (Metaspace pre-tokenizer and decoder, as sentencepiece's
-``▁`` pieces): a character absent from the text it was trained on is its <unk>, so a source piece
-outside the vocabulary exists, as with real tokenizers on unseen scripts. The special tokens sit
-where each family puts them (BART: <s> <pad> </s> <unk>; T5: <pad> </s> <unk>; Marian: </s> <unk>
-<pad>), so the id map (models/backbone_ids.py) is exercised as with the real ones.
+BART and T5: a fast BPE tokenizer without byte fallback (Metaspace pre-tokenizer and decoder, as
+sentencepiece's ``▁`` pieces). Marian: the real ``MarianTokenizer`` (slow: Marian has no fast one),
+over two sentencepiece models trained here, the source's on the sources and the target's on the
+targets, and one shared ``vocab.json``, as the Helsinki-NLP opus-mt models have them. Either way a
+character absent from the text it was trained on is its <unk>, so a source piece outside the
+vocabulary exists, as with real tokenizers on unseen scripts. The special tokens sit where each
+family puts them (BART: <s> <pad> </s> <unk>; T5: <pad> </s> <unk>; Marian: </s> <unk> first and
+<pad>, the decoder start, last), so the id map (models/backbone_ids.py) is exercised as with the
+real ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,11 +36,15 @@ SPECIALS_BY_KIND = {
 }
 
 
-def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 400):
-    """A fast BPE tokenizer (no byte fallback) trained on ``texts`` with ``kind``'s special tokens."""
+def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 400, target_texts: Iterable[str] | None = None):
+    """A tokenizer trained on ``texts`` with ``kind``'s special tokens: a fast BPE (no byte fallback),
+    or for Marian the real MarianTokenizer (its target model trained on ``target_texts``, default
+    ``texts``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if kind == "marian":
+        return train_marian_tokenizer(texts, texts if target_texts is None else target_texts, vocab_size)
     specials = SPECIALS_BY_KIND[kind]
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -43,6 +54,46 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 400):
     if "<s>" in specials:
         named["bos_token"] = "<s>"
     return PreTrainedTokenizerFast(tokenizer_object=tok, **named)
+
+
+def _sentencepiece_model(texts: Iterable[str], vocab_size: int) -> bytes:
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(list(texts)),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        hard_vocab_limit=False,  # a tiny text may hold fewer pieces than asked for
+        unk_id=0,
+        bos_id=-1,
+        eos_id=1,
+        pad_id=-1,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def train_marian_tokenizer(texts: Iterable[str], target_texts: Iterable[str], vocab_size: int = 400):
+    """Marian's own tokenizer: ``source.spm`` trained on ``texts``, ``target.spm`` on ``target_texts``
+    (half ``vocab_size`` each), one ``vocab.json`` over both models' pieces: </s> 0, <unk> 1, the
+    pieces, <pad> last (as opus-mt's)."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    files = Path(tempfile.mkdtemp(prefix="tiny_marian_"))
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name, side in (("source.spm", texts), ("target.spm", target_texts)):
+        (files / name).write_bytes(_sentencepiece_model(side, max(vocab_size // 2, 8)))
+        model = spm.SentencePieceProcessor(model_file=str(files / name))
+        for i in range(model.get_piece_size()):
+            if not (model.is_unknown(i) or model.is_control(i)):
+                vocab.setdefault(model.id_to_piece(i), len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    return MarianTokenizer(str(files / "source.spm"), str(files / "target.spm"), str(files / "vocab.json"))
 
 
 def tiny_config(kind: str, tokenizer, d_model: int = 32, layers: int = 2, heads: int = 2, dropout: float = 0.0):
@@ -90,16 +141,23 @@ def tiny_config(kind: str, tokenizer, d_model: int = 32, layers: int = 2, heads:
 
 
 def make_tiny_backbone(
-    kind: str, texts: Iterable[str], out: str | Path, seed: int = 0, vocab_size: int = 400, **sizes
+    kind: str,
+    texts: Iterable[str],
+    out: str | Path,
+    seed: int = 0,
+    vocab_size: int = 400,
+    target_texts: Iterable[str] | None = None,
+    **sizes,
 ) -> Path:
-    """Train a tokenizer on ``texts``, build a ``kind`` model with fresh weights (``seed``) and save both
-    to ``out`` (safetensors), loadable by ``from_pretrained(out)``."""
+    """Train a tokenizer on ``texts`` (Marian's target model on ``target_texts``, default ``texts``),
+    build a ``kind`` model with fresh weights (``seed``) and save both to ``out`` (safetensors),
+    loadable by ``from_pretrained(out)``."""
     from transformers import AutoModelForSeq2SeqLM
 
     if kind not in KINDS:
         raise ValueError(f"unknown backbone kind {kind!r}; known: {', '.join(KINDS)}")
     out = Path(out)
-    tokenizer = train_tokenizer(texts, kind, vocab_size)
+    tokenizer = train_tokenizer(texts, kind, vocab_size, target_texts)
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(tiny_config(kind, tokenizer, **sizes))
     model.save_pretrained(str(out))
@@ -107,10 +165,10 @@ def make_tiny_backbone(
     return out
 
 
-def shard_texts(split_dir: str | Path) -> list[str]:
-    """Every source and target of a shard split, tokens joined by spaces."""
+def shard_texts(split_dir: str | Path, columns: Iterable[str] = ("src", "tgt")) -> list[str]:
+    """Every source and target (``columns``) of a shard split, tokens joined by spaces."""
     table = read_split(Path(split_dir))
-    return [" ".join(row) for column in ("src", "tgt") for row in table.column(column).to_pylist()]
+    return [" ".join(row) for column in columns for row in table.column(column).to_pylist()]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -126,12 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vocab-size", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    separate = args.kind == "marian"  # Marian's source and target sentencepiece models
     out = make_tiny_backbone(
         args.kind,
-        shard_texts(args.shards),
+        shard_texts(args.shards, ("src",) if separate else ("src", "tgt")),
         args.out,
         args.seed,
         args.vocab_size,
+        shard_texts(args.shards, ("tgt",)) if separate else None,
         d_model=args.d_model,
         layers=args.layers,
         heads=args.heads,

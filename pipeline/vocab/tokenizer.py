@@ -10,15 +10,25 @@ The vocab stage writes, for each backbone a task's rows run on, ``data/vocab/<ta
 
 Text. A shard row's tokens, joined by spaces, are the text the tokenizer reads; its pieces are the
 row's tokens from then on (batches, copying, the extended vocabulary). A piece the tokenizer maps to
-its unknown token keeps its surface text (the characters it covers, from the offsets), so it is a
-source piece outside the vocabulary: the extended vocabulary's V + k, which only a copy can output.
-Outputs go back to text through the tokenizer's own decoder (:meth:`BackboneTokenizer.detokenise`),
-each copied surface put back where its <unk> stands; metrics read that text's words.
+its unknown token keeps its surface text, so it is a source piece outside the vocabulary: the
+extended vocabulary's V + k, which only a copy can output. Outputs go back to text through the
+tokenizer's own decoder (:meth:`BackboneTokenizer.detokenise`), each copied surface put back in its
+place; metrics read that text's words.
+
+Fast (Rust) tokenizers give the surface of an unknown piece by its offsets. Slow (Python)
+sentencepiece tokenizers (Marian's ``MarianTokenizer``, which has no fast version) give it as the
+piece itself: sentencepiece returns unknown characters as pieces of their own text, which the
+tokenizer's id map sends to <unk>; the word-start mark ``▁`` is dropped from it. Targets are
+tokenised in the tokenizer's target mode where it has one (Marian: the target language's
+sentencepiece model), as ``tokenizer(text_target=...)`` does; the source and the target must share
+one vocabulary (a Marian model with ``separate_vocabs`` is refused: copying moves source ids into
+the output).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,13 +41,20 @@ TOKENIZER_DIR = "tokenizer"
 RECORD = "backbone.json"
 
 
+WORD_START = "\u2581"  # sentencepiece's word-start mark
+
+
 class BackboneTokenizer:
-    """A fast Hugging Face tokenizer with the backbone's special ids: pieces in the project's order."""
+    """A Hugging Face tokenizer with the backbone's special ids: pieces in the project's order."""
 
     def __init__(self, tokenizer, token_ids: dict, name: str):
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(f"{name}: the backbone's tokenizer is not a fast (Rust) tokenizer; its offsets are needed")
+        if getattr(tokenizer, "separate_vocabs", False):
+            raise ValueError(
+                f"{name}: the backbone's tokenizer has separate source and target vocabularies; a copy head "
+                "moves source ids into the output, so it needs one vocabulary for both"
+            )
         self.tokenizer, self.token_ids, self.name = tokenizer, dict(token_ids), name
+        self.fast = bool(getattr(tokenizer, "is_fast", False))
         skip = {token_ids[k] for k in ("pad", "unk", "start", "eos", "bos")}
         size = len(SPECIALS) + len(tokenizer) - sum(1 for i in skip if i < len(tokenizer))
         self.backbone_ids = project_token_ids(size, token_ids)  # project id -> backbone id
@@ -89,10 +106,29 @@ class BackboneTokenizer:
         return record
 
     # ------------------------------------------------------------------ text <-> pieces
-    def pieces(self, texts: Sequence[str]) -> list[list[str]]:
+    @contextmanager
+    def _side(self, side: str) -> Iterator[None]:
+        """The tokenizer in its target mode for ``side`` "tgt" (where it has one), as
+        ``tokenizer(text_target=...)`` puts it."""
+        if side not in ("src", "tgt"):
+            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
+        switch = side == "tgt" and hasattr(self.tokenizer, "_switch_to_target_mode")
+        if switch:
+            self.tokenizer._switch_to_target_mode()
+        try:
+            yield
+        finally:
+            if switch:
+                self.tokenizer._switch_to_input_mode()
+
+    def pieces(self, texts: Sequence[str], side: str = "src") -> list[list[str]]:
         """Each text's pieces (no specials added); a piece the tokenizer maps to <unk> is the text it covers."""
         if not texts:
             return []
+        with self._side(side):
+            return self._fast_pieces(texts) if self.fast else [self._slow_pieces(text) for text in texts]
+
+    def _fast_pieces(self, texts: Sequence[str]) -> list[list[str]]:
         enc = self.tokenizer(
             list(texts), add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True
         )
@@ -107,15 +143,25 @@ class BackboneTokenizer:
             )
         return out
 
-    def words_to_pieces(self, rows: Sequence[Sequence[str]]) -> list[list[str]]:
-        """Rows of tokens (a shard's lists) -> their pieces: each row's tokens joined by spaces, tokenised."""
-        return self.pieces([" ".join(row) for row in rows])
+    def _slow_pieces(self, text: str) -> list[str]:
+        tokens = self.tokenizer.tokenize(text, split_special_tokens=True)
+        ids = self.tokenizer.convert_tokens_to_ids(tokens)
+        return [(tok.lstrip(WORD_START) or SPECIALS[UNK]) if i == self.unk_id else tok for i, tok in zip(ids, tokens)]
+
+    def words_to_pieces(self, rows: Sequence[Sequence[str]], side: str = "src") -> list[list[str]]:
+        """Rows of tokens (a shard's lists) -> their pieces: each row's tokens joined by spaces, tokenised
+        (``side`` "tgt": in the tokenizer's target mode)."""
+        return self.pieces([" ".join(row) for row in rows], side)
 
     def detokenise(self, pieces: Sequence[str]) -> str:
         """Output pieces -> text, by the tokenizer's decoder: a piece outside the vocabulary (a copied
-        source <unk>) is decoded as <unk>, then its surface put back in that place; the project's
-        <unk> stays the tokenizer's unknown token."""
+        source <unk>) is decoded as <unk>, then its surface put back in that place (a slow
+        sentencepiece tokenizer decodes the surface itself, as it does its own unknown pieces); the
+        project's <unk> stays the tokenizer's unknown token."""
         unk = self.tokenizer.unk_token
+        if not self.fast:
+            tokens = [unk if piece == SPECIALS[UNK] else piece for piece in pieces]
+            return self.tokenizer.convert_tokens_to_string(tokens).strip()
         tokens, surfaces = [], []
         for piece in pieces:
             if piece == SPECIALS[UNK] or piece not in self.vocab:
@@ -138,7 +184,7 @@ class BackboneTokenizer:
         columns = {
             "id": table.column("id"),
             "src": pa.array(self.words_to_pieces(table.column("src").to_pylist()), type=lists),
-            "tgt": pa.array(self.words_to_pieces(table.column("tgt").to_pylist()), type=lists),
+            "tgt": pa.array(self.words_to_pieces(table.column("tgt").to_pylist(), "tgt"), type=lists),
         }
         columns.update({c: table.column(c) for c in keep if c in table.column_names and c not in columns})
         return pa.table(columns)

@@ -65,7 +65,7 @@ def backbone_model(path, tok: BackboneTokenizer, name: str, seed: int = 0, **opt
 
 
 def piece_batch(tok: BackboneTokenizer, srcs=SRCS, tgts=TGTS):
-    return collate(tok.words_to_pieces(srcs), tok.words_to_pieces(tgts) if tgts else None, tok.vocab, tok.vocab)
+    return collate(tok.words_to_pieces(srcs), tok.words_to_pieces(tgts, "tgt") if tgts else None, tok.vocab, tok.vocab)
 
 
 def hf_forward(model: BackboneSeq2Seq, batch):

@@ -112,8 +112,9 @@ def test_display_names_are_the_variants_own_or_the_base_s_with_the_name():
 
 def test_params_yaml_variants_are_valid_and_listed():
     """The declared variants: well formed; the Transformer-decoder ones with their own (converged)
-    epochs and rows of the default run; the pretrained-backbone ones (docs/pretrained.md) each on a
-    backbone that also has a row without a copy head, and not in the default run."""
+    epochs and rows of the default run; the pretrained-backbone ones (docs/pretrained.md): every head
+    and the backbone alone on each family (BART, T5, Marian), not in the default run, and the real
+    backbones with a fine-tuning recipe under the paper presets of Gigaword, LCSTS and Europarl."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     check_variants(params, MECHANISMS)
     names = display_names(params, DISPLAY_NAMES)
@@ -134,6 +135,27 @@ def test_params_yaml_variants_are_valid_and_listed():
     assert {
         params["variants"][n]["model"]["backbone"] for n in backbone_rows
     } == alone  # each beside the backbone alone
+    kinds = {params["variants"][n]["model"]["backbone"].rsplit("_", 1)[-1] for n in backbone_rows}
+    assert {(resolve(params, n).mechanism, params["variants"][n]["model"]["backbone"]) for n in backbone_rows} == {
+        (m, f"data/backbones/tiny_{k}") for m in [*heads, "backbone_lm"] for k in kinds
+    } and kinds == {"bart", "t5", "marian"}  # every head and the backbone alone on each family
+    # the paper presets fine-tune the real backbones: BART on Gigaword, mT5 on LCSTS, opus-mt on Europarl
+    paper = {**params, "preset": "paper"}
+    real = {
+        "gigaword": ("bart", "facebook/bart-base"),
+        "lcsts_char": ("t5", "google/mt5-small"),
+        "europarl_en_fr": ("marian", "Helsinki-NLP/opus-mt-en-fr"),
+    }
+    for task, (kind, backbone) in real.items():
+        rows = [n for n in backbone_rows if params["variants"][n]["model"]["backbone"] == f"data/backbones/tiny_{kind}"]
+        assert len(rows) == 4, (task, rows)
+        for name in rows:
+            eff = effective_params(paper, task, name)
+            assert eff["model"]["backbone"] == backbone and eff["train"]["lr"] == 3.0e-5, (task, name)
+            assert effective_params(params, task, name)["model"]["backbone"] == f"data/backbones/tiny_{kind}"  # cpu
+            base = resolve(params, name).mechanism
+            if base != "backbone_lm":
+                assert eff["model"][base]["head_lr"] == 0.001
     for name in transformer:
         eff = effective_params(params, "copy_rules", name)
         assert eff["model"]["decoder"] == "transformer"

@@ -19,15 +19,20 @@ from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
 from pipeline.vocab.vocabulary import SPECIALS, Vocab
 
 TEXTS = ["a s1 s2 b", "b s1 s2", "a s3 s4 s5 b", "b s3 s4 s5", "x y z"] * 20
+# Marian's target side: other words, so its target sentencepiece model is another one
+TARGET_TEXTS = ["t1 t2 t3", "t2 t3 a", "t3 t1 b"] * 20
 # the backbone ids of <pad>, <unk>, the decoder start and </s> each family's tiny tokenizer gives
-EXPECTED_SPECIALS = {"bart": [1, 3, 2, 2], "t5": [0, 2, 0, 1], "marian": [2, 1, 2, 0]}
+# (Marian's <pad>, its decoder start, is its last id, as opus-mt's)
+EXPECTED_SPECIALS = {"bart": [1, 3, 2, 2], "t5": [0, 2, 0, 1], "marian": ["last", 1, "last", 0]}
 
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("tok")
     return {
-        kind: BackboneTokenizer.from_backbone(str(make_tiny_backbone(kind, TEXTS, root / kind, d_model=8, layers=1)))
+        kind: BackboneTokenizer.from_backbone(
+            str(make_tiny_backbone(kind, TEXTS, root / kind, target_texts=TARGET_TEXTS, d_model=8, layers=1))
+        )
         for kind in KINDS
     }
 
@@ -36,7 +41,8 @@ def tokenizers(tmp_path_factory) -> dict:
 def test_the_vocabulary_is_the_tokenizers_pieces_in_the_projects_order(tokenizers, kind):
     tok = tokenizers[kind]
     assert tok.vocab.itos[:4] == list(SPECIALS)
-    assert tok.backbone_ids[:4] == EXPECTED_SPECIALS[kind]
+    last = len(tok.tokenizer) - 1
+    assert tok.backbone_ids[:4] == [last if i == "last" else i for i in EXPECTED_SPECIALS[kind]]
     own = set(tok.token_ids.values())
     assert len(tok.vocab) == 4 + len(tok.tokenizer) - len(own)
     assert sorted(tok.backbone_ids[4:]) == tok.backbone_ids[4:] and not own & set(tok.backbone_ids[4:])
@@ -53,9 +59,39 @@ def test_unknown_characters_keep_their_text_and_come_back(tokenizers, kind):
     outside = [p for p in pieces if p not in tok.vocab]
     assert outside == ["Q", "ÿ"]
     assert tok.detokenise(pieces) == text
-    assert tok.detokenise([*pieces[:2], "<unk>"]) == "a s1<unk>"  # a generated <unk> stays (glued: not word-initial)
+    before_q = pieces[: pieces.index("Q")]  # the pieces of "a s1 " (Marian's sentencepiece: "▁" apart)
+    assert tok.detokenise([*before_q, "<unk>"]).replace(" ", "") == "as1<unk>"  # a generated <unk> stays
     spans = tok.spans(pieces)
     assert "".join(spans) == text and len(spans) == len(pieces)
+
+
+def test_marian_is_its_own_slow_tokenizer_with_a_target_mode(tokenizers):
+    """The tiny Marian backbone has the real MarianTokenizer (no fast one exists): sources go through its
+    source sentencepiece model, targets through its target model (as ``text_target=`` does); the
+    pieces are the same ids either way, one shared vocabulary."""
+    from transformers import MarianTokenizer
+
+    tok = tokenizers["marian"]
+    assert isinstance(tok.tokenizer, MarianTokenizer) and not tok.fast
+    text = "t1 t2 t3 a"
+    src, tgt = tok.pieces([text])[0], tok.pieces([text], "tgt")[0]
+    assert src != tgt  # two sentencepiece models: the target's knows the t-words
+    assert tgt == tok.tokenizer.convert_ids_to_tokens(
+        tok.tokenizer(text_target=text, add_special_tokens=False)["input_ids"]
+    )
+    assert len(tgt) < len(src) and all(p in tok.vocab for p in src + tgt)
+    assert tok.detokenise(tgt) == text and tok.detokenise(src) == text
+    assert tok.pieces(["a"]) == tok.pieces(["a"], "src")  # the tokenizer is back in its source mode
+
+
+def test_separate_source_and_target_vocabularies_are_refused(tokenizers):
+    marian = tokenizers["marian"].tokenizer
+    marian.separate_vocabs = True
+    try:
+        with pytest.raises(ValueError, match="separate source and target vocabularies"):
+            BackboneTokenizer(marian, tokenizers["marian"].token_ids, "opus-mt-xx")
+    finally:
+        marian.separate_vocabs = False
 
 
 def test_a_rows_backbone_and_its_vocabulary_folder(tmp_path):
