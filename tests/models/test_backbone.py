@@ -148,7 +148,7 @@ def pinned(model, attribute: str, value: float):
     return model
 
 
-@pytest.mark.parametrize("kind", ["bart", "t5"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_pointer_generator_limits_by_hand(backbones, kind):
     """p_gen = 1: P = the LM head's softmax; p_gen = 0: P(w) = sum_{j: x_j = w} a_tj with a_t the
     backbone's last cross-attention (its heads' mean), both from the backbone's own forward pass."""
@@ -170,7 +170,7 @@ def test_pointer_generator_limits_by_hand(backbones, kind):
             assert (got[~live] < -55).all()
 
 
-@pytest.mark.parametrize("kind", ["bart", "marian"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_pointer_softmax_limits_by_hand(backbones, kind):
     """d_t = 1: the shortlist softmax is the LM head's; d_t = 0: the location softmax is a_t."""
     path, tok = backbones[kind]
@@ -190,7 +190,7 @@ def test_pointer_softmax_limits_by_hand(backbones, kind):
             assert (got[~live] < -55).all()
 
 
-@pytest.mark.parametrize("kind", ["bart", "t5"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_copynet_by_hand(backbones, kind):
     """CopyNet eq. 4-8 by hand: psi_g = the LM head's logits, psi_c(x_j) = tanh(h_j^T W_c) s_t with h the
     encoder states and s_t the decoder states of the backbone's own pass (W_r = 0 at the start, so the
@@ -291,12 +291,15 @@ def copy_task_exact_match(model, tok, pool, seed: int, n: int = 60) -> float:
 
 def test_copy_head_learns_what_the_backbone_alone_cannot(backbones):
     """The toy copy task a X b -> b X with test fillers made of a character the tokenizer never saw
-    (its pieces are <unk>): the same tiny BART, the same steps and data, with and without a copy head.
+    (its pieces are <unk>): the same tiny BART, the same steps and data, alone and under the copy heads.
     Training meets such fillers too (10%, another pool), as rare words in real corpora."""
     path, tok = backbones["bart"]
     rare, unseen = [f"R{i}" for i in range(10)], [f"U{i}" for i in range(10)]
     scores = {}
-    for name in ("backbone_lm", "backbone_pointer_generator"):  # CopyNet steps through the cache: 4x slower
+    # Pointer Softmax is not among them: by its design it points only at words outside its shortlist
+    # (here none of the seen words, so on this task it generates as the backbone alone does; measured at
+    # 0.0 / 0.0 after these steps, as the backbone alone) and is checked by hand above instead.
+    for name in ("backbone_lm", "backbone_pointer_generator", "backbone_copynet"):
         t0 = time.perf_counter()
         model = backbone_model(path, tok, name, seed=0).float().train()
         opt = torch.optim.Adam(parameter_groups(model, 3e-3), lr=3e-3)
@@ -311,7 +314,8 @@ def test_copy_head_learns_what_the_backbone_alone_cannot(backbones):
         scores[name] = copy_task_exact_match(model, tok, unseen, seed=2), copy_task_exact_match(model, tok, TOY_SEEN, 3)
         print(f"{name}: {time.perf_counter() - t0:.1f}s, exact match unseen / seen {scores[name]}")
     assert scores["backbone_lm"][0] == 0.0  # its outputs have <unk> where the U is
-    assert scores["backbone_pointer_generator"][0] >= 0.5, scores
+    for name in ("backbone_pointer_generator", "backbone_copynet"):
+        assert scores[name][0] >= 0.5, scores
 
 
 def test_copy_shares_and_the_search_options(backbones):
