@@ -366,3 +366,68 @@ def test_a_word_vocabulary_on_a_backbone_is_refused(backbones):
     cfg = model_config({"backbone": str(path)}, "backbone_copynet", src_vocab=54, tgt_vocab=54)
     with pytest.raises(ValueError, match="vocab stage wrote for this backbone"):
         build_model("backbone_copynet", cfg)
+
+
+def test_token_budgets_exact_resume_and_averaging_on_a_backbone(backbones, tmp_path, capsys):
+    """The training engine on a backbone row as on every row: token-budget batches, a run stopped mid-way
+    resumes from its step checkpoint to the uninterrupted run's weights (the backbone's, tied ones
+    included, and the head's), and the last step checkpoints average into a model.pt that loads."""
+    from pipeline.io.shards import ShardWriter, make_schema
+    from pipeline.training.averaging import snapshots, write_average
+    from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
+    from tests.helpers import StopTraining, stop_at
+
+    path, tok = backbones["marian"]
+    rng = random.Random(4)
+    for split, n in (("train", 48), ("valid", 8)):
+        pairs = [toy_copy_example(rng, TOY_SEEN) for _ in range(n)]
+        with ShardWriter(tmp_path / "shards" / split, make_schema()) as writer:
+            writer.write([{"id": str(i), "src": s, "tgt": t, "refs": []} for i, (s, t) in enumerate(pairs)])
+        write_encoded_split(
+            tmp_path / "shards" / split, tmp_path / "ids" / split, tok.vocab, tok.vocab, tok.piece_table
+        )
+    train_split, valid_split = (EncodedSplit(tmp_path / "ids" / s, len(tok.vocab)) for s in ("train", "valid"))
+    options = dict(
+        epochs=2,
+        batch_size=64,
+        max_tokens=160,
+        lr=3e-3,
+        seed=7,
+        checkpoint_every=1,
+        keep_checkpoints=3,
+        log_every=1,
+        validate_every=4,
+    )
+
+    def run(ckpt, on_step=None):
+        model = backbone_model(path, tok, "backbone_pointer_generator", seed=3, coverage=True).float().train()
+        history = loop.train(
+            model, train_split, valid_split, TrainConfig(**options), ckpt,
+            model_config=vars(model.cfg), data_hash="d", progress=False, on_step=on_step,
+        )  # fmt: skip
+        return model, history
+
+    straight, history = run(tmp_path / "a")
+    steps = history[-1]["step"]
+    assert steps >= 8 and history[-1]["valid_loss"] < history[0]["valid_loss"]  # budgets of 160 tokens: many batches
+    with pytest.raises(StopTraining):
+        run(tmp_path / "b", stop_at(steps // 2 + 1))
+    capsys.readouterr()
+    resumed, history_b = run(tmp_path / "b")
+    assert "resuming from" in capsys.readouterr().err
+    a, b = straight.state_dict(), resumed.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["valid_loss"] for r in history] == [r["valid_loss"] for r in history_b]
+
+    kept = snapshots(tmp_path / "a")
+    assert len(kept) == 3
+    averaged, _ = load_model(
+        write_average(tmp_path / "a", 3, tmp_path / "avg" / "model.pt"), "backbone_pointer_generator", "cpu",
+        (tok.vocab, tok.vocab),
+    )  # fmt: skip
+    weights = [torch.load(p, weights_only=True)["model"] for p in kept]
+    for key, value in averaged.state_dict().items():
+        mean = sum(w[key].double() for w in weights) / 3
+        assert torch.allclose(value.double(), mean, atol=1e-6, rtol=0), key
+    hyps = greedy(averaged, piece_batch(tok, tgts=None), max_len=6)
+    assert all(len(h.ids) > 0 for h in hyps)
