@@ -83,17 +83,18 @@ def train_marian_tokenizer(texts: Iterable[str], target_texts: Iterable[str], vo
     import sentencepiece as spm
     from transformers import MarianTokenizer
 
-    files = Path(tempfile.mkdtemp(prefix="tiny_marian_"))
     vocab = {"</s>": 0, "<unk>": 1}
-    for name, side in (("source.spm", texts), ("target.spm", target_texts)):
-        (files / name).write_bytes(_sentencepiece_model(side, max(vocab_size // 2, 8)))
-        model = spm.SentencePieceProcessor(model_file=str(files / name))
-        for i in range(model.get_piece_size()):
-            if not (model.is_unknown(i) or model.is_control(i)):
-                vocab.setdefault(model.id_to_piece(i), len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    return MarianTokenizer(str(files / "source.spm"), str(files / "target.spm"), str(files / "vocab.json"))
+    with tempfile.TemporaryDirectory(prefix="tiny_marian_") as tmp:  # the tokenizer holds what it read
+        files = Path(tmp)
+        for name, side in (("source.spm", texts), ("target.spm", target_texts)):
+            (files / name).write_bytes(_sentencepiece_model(side, max(vocab_size // 2, 8)))
+            model = spm.SentencePieceProcessor(model_file=str(files / name))
+            for i in range(model.get_piece_size()):
+                if not (model.is_unknown(i) or model.is_control(i)):
+                    vocab.setdefault(model.id_to_piece(i), len(vocab))
+        vocab["<pad>"] = len(vocab)
+        (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        return MarianTokenizer(str(files / "source.spm"), str(files / "target.spm"), str(files / "vocab.json"))
 
 
 def tiny_config(kind: str, tokenizer, d_model: int = 32, layers: int = 2, heads: int = 2, dropout: float = 0.0):
