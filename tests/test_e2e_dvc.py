@@ -28,8 +28,8 @@ def run(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> str:
     return proc.stdout + proc.stderr
 
 
-# One pretrained-backbone row (every stage again costs about a minute per row here); its backbone-alone
-# row and the other heads run the same code paths, checked in tests/models/test_backbone.py.
+# One pretrained-backbone row (every stage again costs about a minute per row here); every head and the
+# backbone alone on each family go through the stages in tests/pipeline/training/test_backbone_stages.py.
 BACKBONE_ROWS = {"pointer_generator_bart": "backbone_pointer_generator"}
 
 
