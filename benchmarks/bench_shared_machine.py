@@ -6,7 +6,7 @@ every machine). PyTorch's CPU kernels and MKL run on GNU OpenMP, whose idle thre
 at the end of each parallel region before they sleep. Alone that costs nothing; on a machine whose
 cores are all taken, a spinning thread burns the time slice that the thread it waits for needs, so a
 training beside another 2-thread job on 2 cores can run many times slower than half its speed.
-``OMP_WAIT_POLICY=PASSIVE`` (pipeline/__init__.py sets it for every stage process) makes idle threads
+``OMP_WAIT_POLICY=PASSIVE`` (set for every stage process where the pipeline loads) makes idle threads
 sleep at once; the work each thread does, and so every result, is the same bits
 (tests/pipeline/runtime/test_omp_wait_policy.py checks).
 

@@ -259,6 +259,18 @@ def serving_wants_pins(model_path: str) -> bool:
 SERVER_MODEL_PATH = "__pyfunc_model_path__"  # set by `mlflow models serve` (mlflow.pyfunc.scoring_server)
 
 
+def sleep_idle_openmp_threads() -> None:
+    """``OMP_WAIT_POLICY=PASSIVE`` unless the user set it: a GNU OpenMP thread (PyTorch's CPU kernels,
+    MKL) with nothing to do sleeps at once instead of spinning. Alone that costs nothing; on a machine
+    shared with other jobs a spinning thread burns the time slice the thread it waits for needs
+    (benchmarks/bench_shared_machine.py). The work each thread does is the same, so are the bits
+    (tests/pipeline/runtime/test_omp_wait_policy.py). Not a pin (results do not depend on it), but
+    read, as the pins are, when the library loads: ``pipeline/__init__.py`` calls it, so every entry
+    point (the stage flows, ``python -m pipeline.*`` such as a second machine's train_node, serving)
+    and the processes they start (torchrun's workers) sleep their idle threads."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def pin_entry_point() -> None:
     """Pin this process if it is one of the project's command-line entry points (``python -m
     flows.*`` / ``python -m pipeline.*``) or ``mlflow models serve``'s server, per its settings.

@@ -1,5 +1,6 @@
-"""OMP_WAIT_POLICY=PASSIVE (pipeline/__init__.py) for every stage process: idle OpenMP threads sleep
-instead of spinning, so a machine shared with other jobs costs time in proportion
+"""OMP_WAIT_POLICY=PASSIVE (math_pins.sleep_idle_openmp_threads, called where the pipeline loads) for
+every stage process: idle OpenMP threads sleep instead of spinning, so a machine shared with other
+jobs costs time in proportion
 (benchmarks/bench_shared_machine.py); the work each thread does is the same, and so are the bits."""
 
 from __future__ import annotations
