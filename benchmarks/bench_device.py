@@ -4,7 +4,10 @@ the compiled recurrence against the eager one, and decoding speed, on Gigaword-s
 Sections (``--sections``, in this order; each row is printed and written to ``--json`` as soon as it
 is measured, so a run stopped early keeps what it measured; ``--deadline-s`` skips what is left):
 
-  train    every mechanism x target vocabulary (``--vocabs``) x size (``--sizes`` EMBxHIDDEN: 150x300
+  train    every mechanism x decoder (``--decoders``: each mechanism's own recurrent one, and the
+           Transformer decoder for those whose declaration accepts it, ``--decoder-layers`` x
+           ``--decoder-heads``, d_model = hidden, as bench_training.py; every one but Read-Again) x
+           target vocabulary (``--vocabs``) x size (``--sizes`` EMBxHIDDEN: 150x300
            is CopyNet 5.1's, 512x512 the gigaword ``paper`` preset's) x precision (``--amp``: off =
            float32, bf16 = autocast as train.amp) x batching (``--batch`` sentences, and a token budget
            ``--max-tokens`` as train.max_tokens: padded source + target positions, batched by
@@ -12,18 +15,31 @@ is measured, so a run stopped early keeps what it measured; ``--deadline-s`` ski
            ``--stepwise``, the one-step-at-a-time reference too at the first size and batching.
            Figures: target tokens/s of forward + backward + clip + fused Adam step (as
            bench_training.py), ms per step, peak memory allocated on the device (weights, Adam
-           state and activations: torch.cuda.max_memory_allocated from before the model is built).
+           state and activations: torch.cuda.max_memory_allocated from before the model is built),
+           MFLOP/token (bench_training.flops_per_token: matrix-multiply FLOPs of one float32 forward +
+           backward of the batching's first batch, per target token, counted once per mechanism,
+           decoder, vocabulary, size and batching on a copy of the model, outside the timed steps;
+           cuDNN is off while counting, because FlopCounterMode has no formula for its fused RNN
+           kernels; stepwise rows reuse the two-phase count), the achieved TFLOP/s (MFLOP/token x
+           tokens/s) and that as a percentage of the bf16 peak.
   compile  ``Seq2Seq.compile_recurrence`` (train.compile) against eager for ``--compile-mechanisms``
-           at the largest vocabulary, first size, bf16, batch ``--batch``: tokens/s of both, the
-           compile time (the first steps), and the relative difference of the first batch's loss.
-  decode   every mechanism at the largest vocabulary and first size: sentences/s of greedy and of
-           batched beam search (``--beam``), ``--decode-batch`` sources of 31 tokens at a time, every
+           (recurrent decoder) at the largest vocabulary, first size, bf16, batch ``--batch``: tokens/s
+           of both, the compile time (the first steps), and the relative difference of the first
+           batch's loss.
+  decode   every mechanism and decoder at the largest vocabulary and first size: sentences/s of
+           greedy and of batched beam search (``--beam``), ``--decode-batch`` sources of 31 tokens at a time, every
            hypothesis decoded for exactly ``--decode-len`` steps (bench_mechanisms.py's fixed
            length: an untrained model would otherwise stop at random lengths), float32 as the
            evaluate stage decodes, and bf16 autocast.
 
-    python benchmarks/bench_device.py --json out/device.json            # a GPU: every section, ~5 min on an H100
+The bf16 peak, the denominator of "% bf16 peak": measured once at the start (bf16_peak_tflops: the
+median of 10 products of random bf16 matrices, 8192^3 on CUDA timed with CUDA events, 1024^3 on the
+CPU), or ``--peak-tflops`` (e.g. a datasheet figure); both are in the header and the JSON environment.
+
+    python benchmarks/bench_device.py --json out/device.json            # a GPU: every section and decoder, ~5 min on an H100
     python benchmarks/bench_device.py --device cpu --vocabs 1000 --sizes 32x48 --steps 2 --sections train decode
+    python -m benchmarks.bench_device --sections train --decoders transformer --batch 64 --max-tokens 16000 \
+        --warmup 2 --steps 6 --json out/device_transformer.json    # the Transformer-decoder rows (~1.5 min, H100)
 
 The models are untrained (random init, seeded); these are throughput figures of the implementation.
 """
@@ -34,6 +50,7 @@ import argparse
 import copy
 import json
 import platform
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -42,10 +59,12 @@ import numpy as np
 import torch
 
 from benchmarks.bench_mechanisms import NoEarlyEos  # noqa: E402
-from benchmarks.bench_training import _sync, batches_for, train_steps  # noqa: E402
+from benchmarks.bench_training import _sync, batches_for, flops_per_token, train_steps  # noqa: E402
+from benchmarks.decoders import DECODERS, add_decoder_args, decoder_sizes, label  # noqa: E402
+from benchmarks.decoders import rows as decoder_rows  # noqa: E402
 from benchmarks.gigaword_shaped import SRC_LEN, TGT_LEN  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
-from models.registry import DISPLAY_NAMES, MECHANISMS, build_model, runs_on_backbone  # noqa: E402
+from models.registry import MECHANISMS, build_model, runs_on_backbone  # noqa: E402
 from pipeline.decoding.search import beam_search, greedy  # noqa: E402
 from pipeline.runtime.device import autocast, resolve_device  # noqa: E402
 from pipeline.vocab.batching import token_batches  # noqa: E402
@@ -60,6 +79,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     own = [m for m in MECHANISMS if not runs_on_backbone(m)]  # backbone_*: benchmarks/bench_backbones.py
     p.add_argument("--mechanisms", nargs="+", default=own, choices=own)
+    add_decoder_args(p)
+    p.set_defaults(decoders=list(DECODERS))
     p.add_argument("--vocabs", nargs="+", type=int, default=[16000, 50000])
     p.add_argument("--sizes", nargs="+", default=["150x300", "512x512"], help="EMBxHIDDEN")
     p.add_argument("--amp", nargs="+", default=["off", "bf16"], choices=["off", "bf16"])
@@ -74,6 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode-len", type=int, default=10)
     p.add_argument("--beam", type=int, default=10)
     p.add_argument("--device", default="cuda")
+    p.add_argument(
+        "--peak-tflops", type=float, default=None, help="the bf16 peak (TFLOP/s) of %% bf16 peak (default: measured)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline-s", type=float, default=None, help="skip what is left after this many seconds")
     p.add_argument("--json", type=Path, default=None)
@@ -130,9 +154,13 @@ class Report:
             self.path.write_text(json.dumps(self.data, indent=1, default=str))
 
 
-def model_for(name: str, vocab: int, emb: int, hidden: int, seed: int) -> torch.nn.Module:
+def model_for(
+    name: str, vocab: int, emb: int, hidden: int, seed: int, decoder: str = "recurrent", args=None
+) -> torch.nn.Module:
+    """Mechanism ``name`` on ``decoder`` (``args``: the Transformer decoder's sizes, benchmarks/decoders.py)."""
     torch.manual_seed(seed)
-    return build_model(name, ModelConfig(src_vocab=vocab, tgt_vocab=vocab, emb=emb, hidden=hidden))
+    sizes = decoder_sizes(decoder, args) if decoder != "recurrent" else {}
+    return build_model(name, ModelConfig(src_vocab=vocab, tgt_vocab=vocab, emb=emb, hidden=hidden, **sizes))
 
 
 def budget_batches(vocab_size: int, n: int, max_tokens: int, seed: int) -> tuple[int, list]:
@@ -145,6 +173,64 @@ def budget_batches(vocab_size: int, n: int, max_tokens: int, seed: int) -> tuple
 
 def peak_mib(device: torch.device) -> float:
     return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
+
+
+def bf16_peak_tflops(device: torch.device, n: int | None = None, warmup: int = 5, reps: int = 10) -> float:
+    """The device's measured bf16 matrix-product throughput, TFLOP/s: the median of ``reps`` products of
+    two random n x n bf16 matrices (n = 8192 on CUDA, 1024 elsewhere so a CPU dry run stays quick),
+    after ``warmup`` of them, each timed alone (CUDA events on a GPU, the wall clock elsewhere)."""
+    n = n or (8192 if device.type == "cuda" else 1024)
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(warmup):
+        a @ b
+    _sync(device)
+    seconds = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            a @ b
+            end.record()
+            end.synchronize()
+            seconds.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            a @ b
+            seconds.append(time.perf_counter() - t0)
+    del a, b
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return 2 * n**3 / statistics.median(seconds) / 1e12
+
+
+def peak_environment(device: torch.device, override: float | None) -> dict:
+    """The bf16 peak of "% bf16 peak" for the header and the JSON environment: always measured
+    (bf16_peak_tflops), used unless ``override`` (``--peak-tflops``) is given."""
+    n = 8192 if device.type == "cuda" else 1024
+    measured = float(f"{bf16_peak_tflops(device, n):.4g}")
+    return {
+        "bf16_peak_measured_tflops": measured,
+        "bf16_peak_tflops": override if override else measured,
+        "bf16_peak_source": "--peak-tflops" if override else f"measured (median of 10 bf16 {n}^3 products)",
+    }
+
+
+def mflop_per_token(model: torch.nn.Module, batch, device: torch.device) -> float:
+    """bench_training.flops_per_token (FlopCounterMode: one float32 forward + backward of ``batch``,
+    per target token) on a copy of ``model`` on ``device``, in MFLOP. cuDNN is off while counting:
+    FlopCounterMode has no formula for its fused RNN kernels (they would count zero); without it the
+    recurrences run as the mm/addmm products that the CPU counts."""
+    with torch.backends.cudnn.flags(enabled=False):
+        flops = flops_per_token(copy.deepcopy(model).to(device).train(), batch)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return flops / 1e6
+
+
+def flop_figures(mflop: float, tok_s: float, peak_tflops: float) -> dict:
+    """MFLOP/token, the achieved TFLOP/s (MFLOP/token x tokens/s) and its percentage of the bf16 peak."""
+    tflops = mflop * 1e6 * tok_s / 1e12
+    return {"mflop_token": mflop, "tflops": tflops, "pct_peak": 100 * tflops / peak_tflops}
 
 
 def time_training(model, batches: list, args, device: torch.device, amp: str, stepwise: bool = False) -> dict:
@@ -168,6 +254,9 @@ TRAIN_COLUMNS = [
     ("target tok/s", "tok_s", ",.0f"),
     ("ms/step", "ms_step", ".1f"),
     ("peak MiB", "peak_mib", ",.0f"),
+    ("MFLOP/token", "mflop_token", ",.1f"),
+    ("TFLOP/s", "tflops", ".3g"),
+    ("% bf16 peak", "pct_peak", ".3g"),
 ]
 
 
@@ -179,12 +268,15 @@ def section_train(args, device: torch.device, report: Report, out_of_time) -> No
         if args.max_tokens:
             per_batch, batches = budget_batches(vocab_size, n, args.max_tokens, args.seed)
             batchings.append((f"{args.max_tokens // 1000}k tok ({per_batch} sent)", batches))
-        batchings = [(label, [b.to(device) for b in batches]) for label, batches in batchings]
+        batchings = [(name, [b.to(device) for b in batches]) for name, batches in batchings]
         for emb, hidden in sizes:
-            for name in args.mechanisms:
-                base = model_for(name, vocab_size, emb, hidden, args.seed)
+            for name, decoder in decoder_rows(args.mechanisms, args.decoders):
+                if out_of_time():
+                    return
+                base = model_for(name, vocab_size, emb, hidden, args.seed, decoder, args)
+                mflop = [mflop_per_token(base, batches[0], device) for _, batches in batchings]
                 for amp in args.amp:
-                    for b_index, (label, batches) in enumerate(batchings):
+                    for b_index, (batching, batches) in enumerate(batchings):
                         modes = ["two-phase"]
                         if args.stepwise and (emb, hidden) == sizes[0] and b_index == 0:
                             modes.append("stepwise")
@@ -197,13 +289,15 @@ def section_train(args, device: torch.device, report: Report, out_of_time) -> No
                             row = time_training(copy.deepcopy(base), batches, args, device, amp, mode == "stepwise")
                             row.update(
                                 mechanism=name,
-                                display=DISPLAY_NAMES[name],
+                                decoder=decoder,
+                                display=label(name, decoder),
                                 vocab=vocab_size,
                                 size=f"{emb}/{hidden}",
                                 precision="bf16" if amp == "bf16" else "fp32",
-                                batching=label,
+                                batching=batching,
                                 mode=mode,
                                 peak_mib=peak_mib(device),
+                                **flop_figures(mflop[b_index], row["tok_s"], args.bf16_peak_tflops),
                             )
                             report.add("train", row, TRAIN_COLUMNS)
 
@@ -236,7 +330,7 @@ def section_compile(args, device: torch.device, report: Report, out_of_time) -> 
             "compile",
             {
                 "mechanism": name,
-                "display": DISPLAY_NAMES[name],
+                "display": label(name, "recurrent"),
                 "vocab": vocab_size,
                 "size": f"{emb}/{hidden}",
                 "eager_tok_s": eager_row["tok_s"],
@@ -262,8 +356,8 @@ def section_decode(args, device: torch.device, report: Report, out_of_time) -> N
     vocab_size, (emb, hidden) = max(args.vocabs), size_pair(args.sizes[0])
     n_batches = max(1, args.decode_examples // args.decode_batch)
     batches = [b.to(device) for b in batches_for(vocab_size, n_batches, args.decode_batch, args.seed + 1)[1]]
-    for name in args.mechanisms:
-        model = model_for(name, vocab_size, emb, hidden, args.seed).to(device).eval()
+    for name, decoder in decoder_rows(args.mechanisms, args.decoders):
+        model = model_for(name, vocab_size, emb, hidden, args.seed, decoder, args).to(device).eval()
         for amp in args.amp:
             if out_of_time():
                 return
@@ -286,7 +380,8 @@ def section_decode(args, device: torch.device, report: Report, out_of_time) -> N
                 "decode",
                 {
                     "mechanism": name,
-                    "display": DISPLAY_NAMES[name],
+                    "decoder": decoder,
+                    "display": label(name, decoder),
                     "vocab": vocab_size,
                     "size": f"{emb}/{hidden}",
                     "precision": "bf16" if amp == "bf16" else "fp32",
@@ -311,7 +406,8 @@ def main(argv=None) -> None:
             print(f"(deadline of {args.deadline_s:.0f} s reached: the rest is skipped)", flush=True)
         return late
 
-    env = environment(device)
+    env = {**environment(device), **peak_environment(device, args.peak_tflops)}
+    args.bf16_peak_tflops = env["bf16_peak_tflops"]
     print("# " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
     report = Report(args.json, {k: str(v) for k, v in vars(args).items()}, env)
     for section in args.sections:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from models.specials import PAD
+from models.specials import BOS, PAD, UNK
 
 
 @dataclass
@@ -44,6 +44,38 @@ class Batch:
     def pin_memory(self) -> Batch:
         """Page-locked copies (DataLoader ``pin_memory=True`` calls this), for asynchronous copies to CUDA."""
         return self._map(lambda t: t.pin_memory())
+
+    def padded(self, rows: int, src_steps: int, tgt_steps: int) -> Batch:
+        """This batch padded up to (rows, src_steps, tgt_steps) = (B', S', T') (each at least the
+        batch's own): positions past the ends are <pad>, and each added row is a one-token source
+        (<unk>) with no target (``tgt_out`` all <pad>), so it adds nothing to the objective. The shape
+        CUDA graphs are captured for (models/graphed.py)."""
+        b, s, t = self.src.size(0), self.src.size(1), self.tgt_in.size(1)
+        if rows < b or src_steps < s or tgt_steps < t:
+            raise ValueError(f"cannot pad a ({b}, {s}, {t}) batch down to ({rows}, {src_steps}, {tgt_steps})")
+
+        def grow(x: torch.Tensor, steps: int, fill, first=None) -> torch.Tensor:  # (B, L) -> (B', steps)
+            out = x.new_full((rows, steps), fill)
+            out[:b, : x.size(1)] = x
+            if first is not None:
+                out[b:, 0] = first
+            return out
+
+        extra = rows - b
+        return replace(
+            self,
+            src=grow(self.src, src_steps, PAD, UNK),
+            src_len=torch.cat([self.src_len, self.src_len.new_ones(extra)]),
+            src_ext=grow(self.src_ext, src_steps, PAD, UNK),
+            tgt_in=grow(self.tgt_in, tgt_steps, PAD, BOS),
+            tgt_out=grow(self.tgt_out, tgt_steps, PAD),
+            tgt_pointer=None if self.tgt_pointer is None else grow(self.tgt_pointer, tgt_steps, -1),
+            tgt_switch=None if self.tgt_switch is None else grow(self.tgt_switch, tgt_steps, False),
+            oovs=self.oovs + [[] for _ in range(extra)],
+            ids=self.ids + ["<bucket padding>"] * extra,
+            src_tokens=self.src_tokens + [["<unk>"] for _ in range(extra)],
+            tgt_tokens=self.tgt_tokens + [[] for _ in range(extra)],
+        )
 
     @property
     def n_tokens(self) -> int:

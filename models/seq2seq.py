@@ -63,6 +63,7 @@ from models.extended import (
     gold_log_probs,
     shared_normaliser,
 )
+from models.graphed import GraphedRecurrence
 from models.specials import BOS, PAD, UNK
 from models.transformer_decoder import recurrent_or_transformer
 
@@ -432,6 +433,15 @@ class Seq2Seq(nn.Module):
             if attn is not None:
                 view["attn"] = attn
             return view
+        graphed = self.__dict__.get("_graphed")
+        if graphed is not None and self.training and torch.is_grad_enabled() and tgt_in.is_cuda:
+            return graphed(state, tgt_in, emb)
+        return self.step_through(state, tgt_in, emb)
+
+    def step_through(self, state: State, tgt_in: torch.Tensor, emb: torch.Tensor) -> State:
+        """Phase 1 one step at a time (a decoder with input feeding, or an output layer that feeds
+        back): gold prefix (B, T) and its embeddings (B, T, E) -> the view :meth:`teacher_forced` returns.
+        :meth:`graph_recurrence` replays it from CUDA graphs."""
         steps: dict[str, list[torch.Tensor]] = {
             key: [] for key in ("s", "context", "attn", "x", *self.output.sequence_keys)
         }
@@ -472,6 +482,14 @@ class Seq2Seq(nn.Module):
         options = {"dynamic": None, **options}  # automatic: static first, dynamic sizes after a change
         self.teacher_step = torch.compile(self.teacher_step, **options)
         self.output.score_all = torch.compile(self.output.score_all, **options)
+        return self
+
+    def graph_recurrence(self, max_graphs: int = 64) -> Seq2Seq:
+        """Replay phase 1's step-by-step recurrence (:meth:`step_through`) from CUDA graphs in training,
+        one per batch shape (``train.cuda_graphs``; models/graphed.py). In place; parameters, state_dict
+        and every other path (the one-pass decoders, eval mode, search, the CPU) unchanged. Returns
+        the model."""
+        self.__dict__["_graphed"] = GraphedRecurrence(self, max_graphs)  # not a submodule: no state_dict keys
         return self
 
     def forward(self, batch, objective: bool | None = None, stepwise: bool = False) -> torch.Tensor:

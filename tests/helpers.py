@@ -43,7 +43,6 @@ from models.registry import build_model
 from pipeline.decoding.search import beam_search, greedy
 from pipeline.io.shards import ShardWriter, read_split
 from pipeline.serving.predictor import ServingConfig
-from pipeline.serving.pyfunc import local_model
 from pipeline.training.checkpoints import load_model, save_atomic
 from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
@@ -257,6 +256,9 @@ def serving_config(mech: str, **overrides) -> ServingConfig:
 
 
 def local(project: Path, mech: str, **overrides):
+    # Imported here: pyfunc needs MLflow, which the GPU machine (pytest --device cuda) does not have.
+    from pipeline.serving.pyfunc import local_model
+
     return local_model(
         project / "data/checkpoints" / TASK / mech, project / "data/vocab" / TASK, serving_config(mech, **overrides)
     )

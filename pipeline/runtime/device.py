@@ -47,12 +47,13 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
     return torch.device(name)
 
 
-def autocast(device: torch.device, amp: str = "auto"):
+def autocast(device: torch.device, amp: str = "auto", cache: bool = True):
     """bf16 autocast (AMP) on CUDA with ``auto``, on any device with ``bf16``; ``off``: none. bf16 keeps
     float32's range, so the finite NEG mask value stays finite (fp16 would turn it into -inf); the
-    output layers score in float32 (models.seq2seq.at_least_fp32)."""
+    output layers score in float32 (models.seq2seq.at_least_fp32). ``cache``: autocast's cache of
+    lower-precision weight copies, which CUDA graphs (``train.cuda_graphs``) need off."""
     enabled = amp == "bf16" or (amp == "auto" and device.type == "cuda")
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=cache)
 
 
 def compute_settings(threads: int, deterministic: bool) -> dict:

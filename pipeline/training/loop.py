@@ -47,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from models.graphed import bucket_shape
 from models.registry import build_model
 from pipeline.io.files import write_json_atomic
 from pipeline.runtime.device import autocast, compute_settings, nondeterministic_ops_named, resolve_device
@@ -233,6 +234,13 @@ def train(
     model.to(device)
     if cfg.compile:
         model.compile_recurrence()
+    if cfg.cuda_graphs:
+        if device.type != "cuda":
+            print(f"train.cuda_graphs needs a CUDA device: training on {device} without graphs", file=sys.stderr)
+        elif not hasattr(model, "graph_recurrence"):
+            print("train.cuda_graphs: this model has no recurrence to graph; training without", file=sys.stderr)
+        else:
+            model.graph_recurrence()
     # A run resumes only its own last.pt: same settings, data and training run. The run is in the
     # fingerprint because model.pt (the best validation so far) may date from before the interruption:
     # resumed under another MLflow run (the first one was not found again), the run that logged the
@@ -477,7 +485,9 @@ def _train_step(
         # DDP all-reduces the gradients on the last batch's backward only (they accumulate before).
         sync = ctx.enabled and i < len(batches) - 1
         with net.no_sync() if sync else contextlib.nullcontext():
-            with autocast(device, cfg.amp):
+            if model.__dict__.get("_graphed") is not None:  # train.cuda_graphs on CUDA (Seq2Seq.graph_recurrence)
+                batch = batch.padded(*bucket_shape(batch))  # the graphs' shapes; adds nothing to the objective
+            with autocast(device, cfg.amp, cache=not cfg.cuda_graphs):
                 gold = net(batch)  # (B, T) per-token objective, 0 at padding
             batch_total = -gold.sum()
             # DDP averages gradients over ranks: scaling by world / all tokens makes the average the

@@ -42,6 +42,9 @@ class TrainConfig:
     compile: bool = (
         False  # torch.compile the decoder's per-step recurrence and the output layer (Seq2Seq.compile_recurrence)
     )
+    cuda_graphs: bool = (
+        False  # replay the recurrent decoder's teacher forcing from CUDA graphs (models/graphed.py; CUDA only)
+    )
     workers: int = 0  # DataLoader worker processes building batches (0: in the training process)
     nproc: int = 1  # processes per machine (torchrun; one per GPU)
     nnodes: int = 1  # machines
@@ -53,6 +56,8 @@ class TrainConfig:
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"train.optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.compile and self.cuda_graphs:
+            raise ValueError("train.compile and train.cuda_graphs both replace the recurrence: choose one")
         if self.amp not in AMP_MODES:
             raise ValueError(f"train.amp must be one of {AMP_MODES}, got {self.amp!r}")
         for name in ("batch_size", "update_freq", "nproc", "nnodes", "log_every", "rdzv_timeout"):

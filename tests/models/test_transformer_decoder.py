@@ -56,6 +56,7 @@ def test_every_mechanism_but_read_again_accepts_the_transformer_decoder() -> Non
         assert isinstance(_model(name).decoder, TransformerDecoder), name
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("name", ON_TRANSFORMER)
 def test_whole_target_equals_cached_steps(name: str, training: bool, device) -> None:
@@ -139,6 +140,7 @@ def test_decoder_pass_equals_its_cached_steps(attention: bool, coverage: bool) -
         state = {**state, **updates}
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("name", ON_TRANSFORMER)
 def test_beam_search_equals_brute_force_on_the_transformer_decoder(name: str, device) -> None:
     """The cached keys and values reorder with their hypotheses (batch-first, dim 0); the cross-

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from models.config import ModelConfig
-from models.registry import MECHANISMS, runs_on_backbone
+from models.registry import MECHANISMS, mechanism, runs_on_backbone
 from models.rnn import run_rnn
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.runtime.device import NondeterministicOperation, autocast, nondeterministic_ops_named
@@ -55,9 +55,11 @@ def rules_task(tmp_path_factory):
     )
 
 
-def _train(task, mechanism: str, device, out, **settings) -> tuple[dict, list[dict]]:
+def _train(task, mechanism: str, device, out, sizes: dict | None = None, **settings) -> tuple[dict, list[dict]]:
     encoded, src, tgt = task
-    cfg = ModelConfig(src_vocab=len(src), tgt_vocab=len(tgt), emb=12, hidden=16, dropout=0.1)
+    cfg = ModelConfig(
+        src_vocab=len(src), tgt_vocab=len(tgt), **{"emb": 12, "hidden": 16, "dropout": 0.1, **(sizes or {})}
+    )
     model = build_seeded_model(mechanism, cfg, 5)
     train_cfg = TrainConfig(
         **{"epochs": 3, "batch_size": 8, "lr": 0.01, "device": str(device), "threads": 1, **settings}
@@ -167,3 +169,143 @@ def test_compiled_recurrence_computes_what_the_eager_one_does(device) -> None:
     grads = dict(compiled.named_parameters())
     for key, p in eager.named_parameters():
         assert float((grads[key].grad - p.grad).norm() / p.grad.norm().clamp_min(1e-30)) < 1e-4, key
+
+
+# The Transformer decoder under the recurrent rows' encoder (model.decoder: transformer).
+TRANSFORMER = {"decoder": "transformer", "decoder_layers": 2, "decoder_heads": 2}
+ON_TRANSFORMER = sorted(m for m in MECHS if "transformer" in mechanism(m).decoders)
+
+
+@pytest.mark.parametrize("name", ON_TRANSFORMER)
+def test_deterministic_training_repeats_itself_on_the_transformer_decoder(
+    name: str, rules_task, device, tmp_path, deterministic_restored
+) -> None:
+    """As for the recurrent rows: ``train.deterministic`` runs on the device, learns, and repeats itself
+    bit for bit, for every mechanism that runs on the transformer decoder."""
+    weights, history = _train(rules_task, name, device, tmp_path / "a", TRANSFORMER, deterministic=True)
+    again, history_again = _train(rules_task, name, device, tmp_path / "b", TRANSFORMER, deterministic=True)
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"], history
+    assert all(torch.equal(weights[k], again[k]) for k in weights)
+    assert _losses(history) == _losses(history_again)
+
+
+@pytest.mark.parametrize("name", ["copynet", "pointer_generator"])
+def test_bf16_autocast_on_the_transformer_decoder(name: str, rules_task, device, tmp_path) -> None:
+    """bf16 autocast on the transformer decoder trains within BF16_RELATIVE_TOLERANCE of float32."""
+    _, fp32 = _train(rules_task, name, device, tmp_path / "fp32", TRANSFORMER, amp="off")
+    weights, bf16 = _train(rules_task, name, device, tmp_path / "bf16", TRANSFORMER, amp="bf16")
+    assert all(torch.isfinite(v).all() for v in weights.values())
+    assert bf16[-1]["valid_loss"] < bf16[0]["valid_loss"]
+    gap = abs(bf16[-1]["valid_loss"] - fp32[-1]["valid_loss"]) / fp32[-1]["valid_loss"]
+    assert gap < BF16_RELATIVE_TOLERANCE, (bf16[-1]["valid_loss"], fp32[-1]["valid_loss"])
+
+
+def test_update_freq_and_averaging_on_the_device(rules_task, device, tmp_path, deterministic_restored) -> None:
+    """``train.update_freq`` (gradients of 2 batches accumulated per optimizer step) counts its steps,
+    learns and repeats itself bit for bit on the device; the kept step checkpoints
+    (``train.keep_checkpoints``) average to their mean, as evaluate.average_last reads them."""
+    from pipeline.training.averaging import snapshots, write_average
+
+    settings = dict(batch_size=4, update_freq=2, keep_checkpoints=2, deterministic=True, seed=3)
+    weights, history = _train(rules_task, "copynet", device, tmp_path / "a", **settings)
+    again, history_again = _train(rules_task, "copynet", device, tmp_path / "b", **settings)
+    train_rows = len(rules_task[0]["train"])
+    batches = math.ceil(train_rows / 4)
+    steps_per_epoch = math.ceil(batches / 2)  # batches of 4, two per step
+    assert [r["step"] for r in history] == [0, steps_per_epoch, 2 * steps_per_epoch, 3 * steps_per_epoch]
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"]
+    assert all(torch.equal(weights[k], again[k]) for k in weights) and _losses(history) == _losses(history_again)
+    kept = snapshots(tmp_path / "a")
+    assert len(kept) == 2
+    out = write_average(tmp_path / "a", 2, tmp_path / "avg.pt")
+    first, last, averaged = (torch.load(p, map_location="cpu", weights_only=True) for p in (*kept, out))
+    assert all(torch.equal(last["model"][k].cpu(), v) for k, v in weights.items())
+    for key, value in averaged["model"].items():
+        by_hand = ((first["model"][key].double() + last["model"][key].double()) / 2).to(value.dtype)
+        assert torch.equal(value.cpu(), by_hand.cpu()), key
+
+
+@pytest.mark.parametrize("name", ["copynet", "pointer_generator"])
+def test_training_with_cuda_graphs(
+    name: str, rules_task, device, tmp_path, deterministic_restored, monkeypatch, capsys
+):
+    """``train.cuda_graphs``: on CUDA the recurrence is captured (one graph per bucketed batch shape),
+    the training learns, repeats itself bit for bit under ``train.deterministic``, and ends within
+    1% of the eager run's validation loss (float32; the padded shapes change cuBLAS's summation
+    order, not the maths). On the CPU the setting is reported and training runs eagerly."""
+    captures = []
+    make = torch.cuda.make_graphed_callables
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", lambda *a, **k: captures.append(1) or make(*a, **k))
+    settings = dict(deterministic=True, amp="off")
+    weights, history = _train(rules_task, name, device, tmp_path / "a", cuda_graphs=True, **settings)
+    if device.type != "cuda":
+        assert "train.cuda_graphs needs a CUDA device" in capsys.readouterr().err and not captures
+        return
+    assert 1 <= len(captures) <= 64
+    again, history_again = _train(rules_task, name, device, tmp_path / "b", cuda_graphs=True, **settings)
+    _, eager = _train(rules_task, name, device, tmp_path / "c", **settings)
+    assert history[-1]["valid_loss"] < history[0]["valid_loss"]
+    assert all(torch.equal(weights[k], again[k]) for k in weights) and _losses(history) == _losses(history_again)
+    gap = abs(history[-1]["valid_loss"] - eager[-1]["valid_loss"]) / eager[-1]["valid_loss"]
+    assert gap < 0.01, (history[-1]["valid_loss"], eager[-1]["valid_loss"])
+
+
+# The Pointer Softmax head is left out: on this toy task its training objective (log p(y, z)) falls
+# while its validation log p(y) rises from the untrained model's, on the CPU too, so the run ends in
+# NoImprovement (its maths on the device: tests/models/test_contract.py).
+HEADS = sorted(m for m in MECHANISMS if runs_on_backbone(m) and m != "backbone_pointer_softmax")
+
+
+@pytest.fixture(scope="module")
+def backbone_task(tmp_path_factory):
+    """A tiny BART-shaped backbone made here (tokenizer trained on the toy copy task's text, fresh
+    weights, loaded through from_pretrained as a user's is) and the toy task encoded in its pieces."""
+    import random
+
+    from benchmarks.toy import TOY_SEEN, toy_copy_example
+    from pipeline.io.shards import ShardWriter, make_schema
+    from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
+    from pipeline.vocab.tiny_backbone import make_tiny_backbone
+    from pipeline.vocab.tokenizer import BackboneTokenizer
+
+    root = tmp_path_factory.mktemp("backbone")
+    rng = random.Random(0)
+    pairs = {split: [toy_copy_example(rng, TOY_SEEN) for _ in range(n)] for split, n in (("train", 48), ("valid", 8))}
+    texts = [" ".join(side) for rows in pairs.values() for pair in rows for side in pair]
+    path = make_tiny_backbone("bart", texts, root / "bart", d_model=16, layers=2, heads=2, vocab_size=120)
+    tok = BackboneTokenizer.from_backbone(str(path))
+    for split, rows in pairs.items():
+        with ShardWriter(root / "shards" / split, make_schema()) as writer:
+            writer.write([{"id": str(i), "src": s, "tgt": t, "refs": []} for i, (s, t) in enumerate(rows)])
+        write_encoded_split(root / "shards" / split, root / "ids" / split, tok.vocab, tok.vocab, tok.piece_table)
+    return path, tok, {split: EncodedSplit(root / "ids" / split, len(tok.vocab)) for split in pairs}
+
+
+def _train_head(task, name: str, device, out, **settings) -> tuple[dict, list[dict]]:
+    from models.registry import build_model, model_config
+
+    path, tok, encoded = task
+    torch.manual_seed(3)
+    cfg = model_config({"backbone": str(path)}, name, src_vocab=len(tok.vocab), tgt_vocab=len(tok.vocab))
+    model = build_model(name, cfg)
+    train_cfg = TrainConfig(
+        **{"epochs": 3, "batch_size": 8, "lr": 1e-3, "device": str(device), "threads": 1, "seed": 7, **settings}
+    )
+    history = train(model, encoded["train"], encoded["valid"], train_cfg, out, model_config=vars(cfg), progress=False)
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}, history
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_backbone_heads_train_deterministically_and_in_bf16(
+    name: str, backbone_task, device, tmp_path, deterministic_restored
+) -> None:
+    """Each head on the tiny BART on the device: ``train.deterministic`` learns and repeats itself bit
+    for bit, and bf16 autocast ends within BF16_RELATIVE_TOLERANCE of float32's validation loss."""
+    weights, fp32 = _train_head(backbone_task, name, device, tmp_path / "a", deterministic=True, amp="off")
+    again, fp32_again = _train_head(backbone_task, name, device, tmp_path / "b", deterministic=True, amp="off")
+    assert fp32[-1]["valid_loss"] < fp32[0]["valid_loss"], fp32
+    assert all(torch.equal(weights[k], again[k]) for k in weights) and _losses(fp32) == _losses(fp32_again)
+    bf16_weights, bf16 = _train_head(backbone_task, name, device, tmp_path / "c", amp="bf16")
+    assert all(torch.isfinite(v).all() for v in bf16_weights.values() if v.is_floating_point())
+    gap = abs(bf16[-1]["valid_loss"] - fp32[-1]["valid_loss"]) / fp32[-1]["valid_loss"]
+    assert gap < BF16_RELATIVE_TOLERANCE, (bf16[-1]["valid_loss"], fp32[-1]["valid_loss"])
