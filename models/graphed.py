@@ -104,13 +104,13 @@ class GraphedRecurrence:
         # The graph's own input buffers: leaves with the inputs' shapes and gradient flags.
         sample = tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in (tgt_in, emb, *tensors))
         loop = _Loop(self.model, keys, constants)
-        start = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start[0].record()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
         # The warm-up runs draw dropout masks: keep the random stream where the eager loop would find it.
         rng = torch.cuda.get_rng_state(tgt_in.device)
         graphed = torch.cuda.make_graphed_callables(loop, sample, allow_unused_input=True)
         torch.cuda.set_rng_state(rng, tgt_in.device)
-        start[1].record()
-        start[1].synchronize()
-        self.capture_seconds += start[0].elapsed_time(start[1]) / 1000
+        end.record()
+        end.synchronize()
+        self.capture_seconds += begin.elapsed_time(end) / 1000
         return graphed

@@ -99,7 +99,8 @@ def test_graphed_recurrence_computes_what_the_eager_one_does(name: str, device) 
     gold_ref, _ = _seeded(eager, longer)
     assert relative_error(gold, gold_ref) < 1e-5
     assert len(graphs) == 2  # a new shape, a new graph
-    eager.eval(), graphed.eval()  # eval mode (validation) runs eagerly
+    eager.eval()
+    graphed.eval()  # eval mode (validation) runs eagerly
     assert torch.equal(graphed(batch).detach(), eager(batch).detach())
 
 
