@@ -70,6 +70,26 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
     return _LogSumExp.apply(x)
 
 
+# exp(x) for x below this is a denormal or 0 in float32: the CPU's slow path (measured on an AMD EPYC,
+# ATen's AVX2 exp: 73 us for 9,600 entries at -1e9 against 3.7 us for ordinary ones). Above it exp
+# is a normal float (1.6e-38), which vanishes beside a sum that holds the row's max term, exp(0) = 1.
+EXP_FLOOR = -87.0
+
+
+def logsumexp_value(x: torch.Tensor) -> torch.Tensor:
+    """``torch.logsumexp(x, -1)``, bit for bit, without gradients, for search and validation: the same
+    operations (max, x - max, exp, sum, log, + max), except that x - max is floored at
+    :data:`EXP_FLOOR` before exp, so the masked entries (NEG - max, about -1e9) do not take the CPU's
+    slow path for underflowing results. The floor changes no bit of the result: every row's sum holds
+    exp(0) = 1 from its own max, and terms under 1.7e-38 round away beside it (a row of -inf, which
+    has no such term, is -inf as torch gives it). (..., N) -> (...)."""
+    maxes = x.amax(-1, keepdim=True)  # (..., 1)
+    empty = maxes.squeeze(-1) == float("-inf")  # (...) rows of -inf: no exp(0) term, the floor would show
+    maxes.masked_fill_(maxes.abs() == float("inf"), 0)  # as torch.logsumexp
+    total = torch.sub(x, maxes).clamp_min_(EXP_FLOOR).exp_().sum(-1)  # (...)
+    return total.log_().add_(maxes.squeeze(-1)).masked_fill_(empty, float("-inf"))
+
+
 def shared_normaliser(gen_scores: torch.Tensor, copy_scores: torch.Tensor) -> torch.Tensor:
     """log Z of CopyNet eq. 4: log(sum_v exp(psi_g(v)) + sum_j exp(psi_c(x_j))), (..., 1).
 
@@ -149,7 +169,8 @@ def extended_log_probs(
         same = src_ext.unsqueeze(2) == src_ext.unsqueeze(1)  # (B, S, S)
     same = same.view(src_ext.size(0), *([1] * (copy.dim() - 2)), src_ext.size(1), src_ext.size(1))
     # (B, 1.., S, S): positions j and k hold the same word
-    word_copy = copy.unsqueeze(-2).masked_fill(~same, NEG).logsumexp(-1)  # (B, ..., S) per position's word
+    masked = copy.unsqueeze(-2).masked_fill(~same, NEG)  # (B, ..., S, S): each position's word's copy scores
+    word_copy = masked.logsumexp(-1) if tracked else logsumexp_value(masked)  # (B, ..., S) per position's word
     merged = torch.logaddexp(log_probs.gather(-1, index), word_copy + copy_shift)  # (B, ..., S)
     if not tracked:
         return log_probs.scatter_(-1, index, merged)

@@ -30,3 +30,25 @@ def test_rows_of_neg_and_of_minus_infinity():
     assert out[1].item() == float("-inf") and out[2].item() == 0.0
     out[[0, 2]].sum().backward()
     assert torch.equal(x.grad[0], torch.tensor([0.5, 0.5])) and torch.equal(x.grad[2], torch.tensor([1.0, 0.0]))
+
+
+def test_logsumexp_value_is_torch_logsumexp_bit_for_bit():
+    """The search's logsumexp (exp's argument floored at EXP_FLOOR, out of the CPU's slow path for
+    underflow) equals torch.logsumexp bit for bit in float32: masked rows, mostly-NEG rows, rows of
+    -inf, wide ranges, entries just under the floor."""
+    from models.extended import EXP_FLOOR, logsumexp_value
+
+    torch.manual_seed(1)
+    for trial in range(200):
+        shape = (int(torch.randint(1, 6, ())), int(torch.randint(1, 9, ())), int(torch.randint(1, 40, ())))
+        x = torch.randn(shape) * float(torch.rand(())) * 300
+        x[torch.rand(shape) < float(torch.rand(()))] = NEG
+        if trial % 5 == 0:
+            x[0] = NEG  # a row of NEG only: NEG + log n
+        if trial % 7 == 0:
+            x[torch.rand(shape) < 0.2] = float("-inf")
+        if trial % 3 == 0:  # entries near the floor below each row's max
+            x[..., :2] = x.amax(-1, keepdim=True) + EXP_FLOOR - torch.rand(*shape[:-1], 2) * 30
+        assert torch.equal(logsumexp_value(x), torch.logsumexp(x, -1)), trial
+    x = torch.full((2, 3), float("-inf"))
+    assert torch.equal(logsumexp_value(x), torch.logsumexp(x, -1))  # -inf rows stay -inf

@@ -1,0 +1,98 @@
+"""Two per-step savings of search against the code before them, in one process, pinned as the
+pipeline runs: ``torch.inference_mode`` instead of ``torch.no_grad`` around beam search and greedy,
+and the word-copy logsumexp of ``models.extended.extended_log_probs`` without the CPU's slow path
+for underflowing exp (``logsumexp_value`` instead of ``torch.logsumexp``). Prints sentences/s of
+each variant, the ratio to the previous code, and whether every hypothesis (ids and score) is the
+same bit for bit.
+
+    python -m benchmarks.bench_search_overheads               # ~4 minutes on one core
+
+Untrained models (seeded) of CopyNet and the pointer-generator with coverage, emb 150 / hidden 300
+(encoder 150 per direction, as benchmarks/bench_vs_onmt.py), Gigaword-shaped sources of 31 tokens,
+every hypothesis decoded for exactly 16 steps (min_len = max_len); beam 10 one sentence at a time
+and 64 at a time, greedy 64 at a time; the median of ``--rounds`` alternating rounds.
+"""
+
+from __future__ import annotations
+
+from pipeline.runtime.math_pins import pin_math_libraries
+
+pin_math_libraries()  # before torch: the pinned libraries, as every stage runs them
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+import models.extended as extended  # noqa: E402
+from benchmarks.bench_training import batches_for  # noqa: E402
+from models.config import ModelConfig  # noqa: E402
+from models.registry import DISPLAY_NAMES, build_model  # noqa: E402
+from pipeline.decoding import search  # noqa: E402
+
+VARIANTS = {  # name -> (grad mode around search, the word-copy logsumexp)
+    "before (no_grad, torch.logsumexp)": (torch.no_grad, lambda x: torch.logsumexp(x, -1)),
+    "inference_mode": (torch.inference_mode, lambda x: torch.logsumexp(x, -1)),
+    "logsumexp_value": (torch.no_grad, extended.logsumexp_value),
+    "both (as shipped)": (torch.inference_mode, extended.logsumexp_value),
+}
+SHIPPED = extended.logsumexp_value
+
+
+def decode(kind: str, model, batches, mode, lse) -> tuple[float, list]:
+    beam, greedy = search.beam_search.__wrapped__, search.greedy.__wrapped__  # undecorated: the mode is ours
+    extended.logsumexp_value = lse
+    try:
+        start, out = time.perf_counter(), []
+        with mode():
+            for batch in batches:
+                if kind == "greedy":
+                    out.append([(h.ids, h.score) for h in greedy(model, batch, max_len=16, min_len=16)])
+                else:
+                    nbest = beam(model, batch, beam_size=10, max_len=16, min_len=16)
+                    out.append([[(h.ids, h.score) for h in hyps] for hyps in nbest])
+        return time.perf_counter() - start, out
+    finally:
+        extended.logsumexp_value = SHIPPED
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--vocabs", nargs="+", type=int, default=[16000, 50000])
+    p.add_argument("--mechanisms", nargs="+", default=["copynet", "pointer_generator"])
+    p.add_argument("--single", type=int, default=8, help="sentences decoded one at a time")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread, {torch.backends.cpu.get_cpu_capability()}")
+    print("\n| mechanism | vocab | search | " + " | ".join(VARIANTS) + " | same bits |")
+    print("|---|---:|---|" + "---:|" * len(VARIANTS) + "---|")
+    for vocab in args.vocabs:
+        _, single = batches_for(vocab, args.single, 1, 0)
+        _, batched = batches_for(vocab, 2, 64, 1)
+        for name in args.mechanisms:
+            torch.manual_seed(0)
+            cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, emb=150, hidden=300, encoder_hidden=150)
+            model = build_model(name, cfg).eval()
+            for kind, batches, sentences in (
+                ("beam 10, one at a time", single, args.single),
+                ("beam 10, 64 at a time", batched, 128),
+                ("greedy", batched, 128),
+            ):
+                decode(kind, model, batches[:1], *VARIANTS["both (as shipped)"])  # warm-up
+                seconds = {v: [] for v in VARIANTS}
+                outputs = {}
+                for _ in range(args.rounds):
+                    for variant, (mode, lse) in VARIANTS.items():
+                        s, outputs[variant] = decode(kind, model, batches, mode, lse)
+                        seconds[variant].append(s)
+                rate = {v: sentences / statistics.median(s) for v, s in seconds.items()}
+                base = rate["before (no_grad, torch.logsumexp)"]
+                same = all(out == outputs["before (no_grad, torch.logsumexp)"] for out in outputs.values())
+                cells = " | ".join(f"{rate[v]:.1f} ({rate[v] / base:.3f}x)" for v in VARIANTS)
+                print(f"| {DISPLAY_NAMES[name]} | {vocab:,} | {kind} | {cells} | {same} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
