@@ -46,6 +46,9 @@ STEPPING = ["rnnsearch", "copynet", "pointer_generator", "pointer_softmax", "rea
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mechanisms", nargs="+", default=["rnnsearch", "copynet", "pointer_generator", "read_again"])
+    p.add_argument(
+        "--decoder", default="recurrent", choices=["recurrent", "transformer"], help="transformer: only CopyNet steps"
+    )
     p.add_argument("--vocab", type=int, default=50000)
     p.add_argument("--emb", type=int, default=150)
     p.add_argument("--hidden", type=int, default=300)
@@ -145,7 +148,10 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     name = torch.cuda.get_device_properties(device).name if device.type == "cuda" else "cpu (no graphs: a smoke run)"
     env = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
-    print(f"# {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), vocab {args.vocab}, {args.emb}/{args.hidden}")
+    print(
+        f"# {env['device']}, torch {env['torch']} (CUDA {env['cuda']}), vocab {args.vocab}, "
+        f"{args.emb}/{args.hidden}, {args.decoder} decoder"
+    )
     vocab, pool = vocabulary(args.vocab)
     rng = np.random.default_rng(args.seed)
     batchings = {
@@ -165,9 +171,11 @@ def main(argv=None) -> None:
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.mechanisms:
         torch.manual_seed(args.seed)
-        base = build_model(
-            name, ModelConfig(src_vocab=args.vocab, tgt_vocab=args.vocab, emb=args.emb, hidden=args.hidden)
+        sizes = (
+            {"decoder": "transformer", "decoder_layers": 2, "decoder_heads": 4} if args.decoder == "transformer" else {}
         )
+        cfg = ModelConfig(src_vocab=args.vocab, tgt_vocab=args.vocab, emb=args.emb, hidden=args.hidden, **sizes)
+        base = build_model(name, cfg)
         for label, batches in batchings.items():
             diff = first_loss_difference(base, batches[0], device)
             for amp in args.amp:

@@ -16,7 +16,14 @@ from torch import nn
 from models.graphed import BATCH_STEP, SRC_STEP, TGT_STEP, bucket_shape
 from models.specials import PAD
 from pipeline.runtime.device import autocast
-from tests.helpers import contract_batch, contract_cases, contract_model, gold_and_grads, relative_error
+from tests.helpers import (
+    TRANSFORMER_DECODER,
+    contract_batch,
+    contract_cases,
+    contract_model,
+    gold_and_grads,
+    relative_error,
+)
 
 pytestmark = pytest.mark.device
 
@@ -25,6 +32,8 @@ IDS = [f"{name}-{i}" for name, i, _ in CASES]
 # Mechanisms whose teacher forcing steps through the recurrence (the graphed path): every decoder with
 # input feeding or a fed-back output layer; the Luong decoder (WEAN, Seq2seq) runs in one pass.
 STEPPING = ["copynet", "encdec", "pointer_generator", "pointer_softmax", "read_again", "rnnsearch"]
+# CopyNet's selective read steps through the Transformer decoder's cache too.
+STEPPING_VARIANTS = [(name, {}) for name in STEPPING] + [("copynet", TRANSFORMER_DECODER)]
 
 
 def test_bucket_shape_rounds_up() -> None:
@@ -63,9 +72,9 @@ def _no_dropout(model: nn.Module) -> nn.Module:
     return model
 
 
-def _graphed_and_eager(name: str, device, dtype=torch.float32):
-    eager = _no_dropout(contract_model(name, {}, device, dtype=dtype).train())
-    graphed = _no_dropout(contract_model(name, {}, device, dtype=dtype).train()).graph_recurrence()
+def _graphed_and_eager(name: str, device, variant: dict | None = None, dtype=torch.float32):
+    eager = _no_dropout(contract_model(name, variant or {}, device, dtype=dtype).train())
+    graphed = _no_dropout(contract_model(name, variant or {}, device, dtype=dtype).train()).graph_recurrence()
     return graphed, eager
 
 
@@ -75,12 +84,14 @@ def _seeded(model, batch, amp: str = "off"):
         return gold_and_grads(model, batch, objective=True, stepwise=False)
 
 
-@pytest.mark.parametrize("name", STEPPING)
-def test_graphed_recurrence_computes_what_the_eager_one_does(name: str, device) -> None:
+@pytest.mark.parametrize(
+    "name,variant", STEPPING_VARIANTS, ids=[f"{n}-{'tf' if v else 'rnn'}" for n, v in STEPPING_VARIANTS]
+)
+def test_graphed_recurrence_computes_what_the_eager_one_does(name: str, variant: dict, device) -> None:
     if device.type != "cuda":
         pytest.skip("CUDA graphs need a CUDA device (pytest --device cuda -m device)")
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    graphed, eager = _graphed_and_eager(name, device)
+    graphed, eager = _graphed_and_eager(name, device, variant)
     batch = contract_batch(graphed.output.reads_pointers, device)
     batch = batch.padded(*bucket_shape(batch))
     for trial in range(2):  # the capture, then a replay on other values of the same shape
