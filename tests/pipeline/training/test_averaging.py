@@ -149,3 +149,5 @@ def test_bad_settings_are_refused():
         TrainConfig(update_freq=0)
     with pytest.raises(ValueError, match="keep_checkpoints"):
         TrainConfig(keep_checkpoints=-1)
+    with pytest.raises(ValueError, match="train.compile and train.cuda_graphs"):
+        TrainConfig(compile=True, cuda_graphs=True)
