@@ -40,8 +40,6 @@ from pipeline.runtime.device import autocast
 from pipeline.vocab.batching import collate, token_batches
 from pipeline.vocab.vocabulary import SPECIALS, Vocab
 
-STEPPING = ["rnnsearch", "copynet", "pointer_generator", "pointer_softmax", "read_again", "encdec"]
-
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

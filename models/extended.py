@@ -71,8 +71,9 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
 
 
 # exp(x) for x below this is a denormal or 0 in float32: the CPU's slow path (measured on an AMD EPYC,
-# ATen's AVX2 exp: 73 us for 9,600 entries at -1e9 against 3.7 us for ordinary ones). Above it exp
-# is a normal float (1.6e-38), which vanishes beside a sum that holds the row's max term, exp(0) = 1.
+# ATen's AVX2 exp: 72 us for 9,610 entries at -1e9 against 2.5 us for ordinary ones or at -87;
+# benchmarks/bench_search_overheads.py prints them). Above it exp is a normal float (1.6e-38), which
+# vanishes beside a sum that holds the row's max term, exp(0) = 1.
 EXP_FLOOR = -87.0
 
 
