@@ -3,7 +3,8 @@
 Both drive ``model.encode(batch)`` and ``model.step(state, prev_ids) -> (log_probs_ext, state)``.
 Beam search keeps finished hypotheses in the beam (a finished row may only extend with <pad>
 at cost 0), so with a beam as wide as the number of prefixes it is exhaustive: the tests check
-it against brute-force enumeration. Options: min/max length, GNMT length penalty for the final
+it against brute-force enumeration. Each step keeps the k best (row, word) candidates, ties to the
+lower index (:mod:`pipeline.decoding.top_k`). Options: min/max length, GNMT length penalty for the final
 ranking, n-gram blocking, ``ban_unk`` (``<unk>`` is never emitted: the search takes the best other
 word, a copy among them; OpenNMT-py's ``--ban_unk_token``), ``keep_attention`` (each hypothesis
 carries its attention weights per output step, for ``replace_unk``). ``deadline`` (a ``time.monotonic()`` value) and ``stop`` (an event) are
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from models.extended import NEG
+from pipeline.decoding.top_k import top_k
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, UNK
 
 
@@ -131,7 +133,7 @@ def beam_search(
             log_probs[done, PAD] = 0.0
         vocab = log_probs.size(1)
         total = log_probs.add_(scores.unsqueeze(1)).view(bsz, k * vocab)  # (B, K*V), in place
-        top_scores, top_idx = total.topk(k, dim=1)  # (B, K)
+        top_scores, top_idx = top_k(total, k)  # (B, K), ties to the lower index (row, then word)
         origin = (base + top_idx // vocab).view(-1)  # (B*K,) source row of each survivor
         token = (top_idx % vocab).view(-1)  # (B*K,)
         state = reorder_state(state, origin, static)  # source-side tensors stay: same example

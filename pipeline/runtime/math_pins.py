@@ -271,15 +271,62 @@ def sleep_idle_openmp_threads() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+# glibc's mallopt parameters (malloc.h) and the values keep_freed_memory sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 << 20  # glibc's largest: blocks up to 32 MiB come from the heap, reused
+TRIM_THRESHOLD = 256 << 20  # free memory kept at the heap's top before it is given back
+_MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+# The processes that only decode (the evaluate stage, predict; the server is told by SERVER_MODEL_PATH).
+DECODING_MODULES = ("flows.evaluate", "pipeline.serving.predict")
+freed_memory_kept = False  # whether keep_freed_memory set glibc's malloc in this process
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc reuse freed blocks of up to 32 MiB instead of mapping fresh pages for each.
+
+    A search step allocates a few (rows, V) score tensors and frees them (64 rows x 50,000 words:
+    12.8 MB each). By default glibc maps blocks over its adaptive threshold fresh from the kernel and
+    gives the heap's free top back past twice that threshold, so a process that only decodes pays
+    a thousand page faults a step, and the kernel zeroing those pages (greedy, 64 sentences at a
+    time, 50,000 words: 1,200-1,400 faults a step and 12-17% of the speed;
+    benchmarks/bench_allocator.py). Here blocks up to 32 MiB come from the heap and up to 256 MiB
+    of free heap stay with the process. The addresses change, not the arithmetic: PyTorch aligns
+    every tensor to 64 bytes either way, so the bits are the same (the benchmark compares every
+    hypothesis; tests/pipeline/runtime/test_malloc.py a whole run). Set only where a process decodes
+    (:func:`pin_entry_point`): a training process measured 6-8% slower with it. Left alone: a user's
+    own malloc settings (``MALLOC_*_``, ``GLIBC_TUNABLES``), ``COPYSEQ_MALLOC=system``, and a C
+    library other than glibc. Returns whether it set them."""
+    global freed_memory_kept
+    if os.environ.get("COPYSEQ_MALLOC") == "system" or any(key in os.environ for key in _MALLOC_SETTINGS):
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    freed_memory_kept = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+    return freed_memory_kept
+
+
 def pin_entry_point() -> None:
     """Pin this process if it is one of the project's command-line entry points (``python -m
     flows.*`` / ``python -m pipeline.*``) or ``mlflow models serve``'s server, per its settings.
     Called where the ``flows`` and ``pipeline`` packages are imported, before any module of theirs
-    imports torch. Anything else that imports these packages (a notebook, pytest) is left alone."""
+    imports torch. Anything else that imports these packages (a notebook, pytest) is left alone. A
+    process that only decodes (:data:`DECODING_MODULES`, the server) also keeps freed memory
+    (:func:`keep_freed_memory`)."""
     if _state:
         return
     module = entry_module()
     if module and module.split(".")[0] in ("flows", "pipeline"):
         pin_math_libraries(wants_pins(module, sys.argv[1:]))
+        if module in DECODING_MODULES:
+            keep_freed_memory()
     elif os.environ.get(SERVER_MODEL_PATH):
         pin_math_libraries(serving_wants_pins(os.environ[SERVER_MODEL_PATH]))
+        keep_freed_memory()
