@@ -8,7 +8,8 @@ previous code, and whether every hypothesis (ids and score) is the same bit for 
 breaks ties by the lower index, ``torch.topk`` as its heap leaves them: the same bits unless two
 candidates tie exactly).
 
-    python -m benchmarks.bench_search_overheads               # ~6 minutes on one core
+    python -m benchmarks.bench_search_overheads               # ~8 minutes on one core
+    python -m benchmarks.bench_search_overheads --profile     # where a one-sentence beam step goes (50k)
 
 Untrained models (seeded) of CopyNet and the pointer-generator with coverage, emb 150 / hidden 300
 (encoder 150 per direction, as benchmarks/bench_vs_onmt.py), Gigaword-shaped sources of 31 tokens,
@@ -82,13 +83,38 @@ def exp_microseconds(value: float | None, reps: int = 2000) -> float:
     return (time.perf_counter() - start) / reps * 1e6
 
 
+def profile(vocab: int, name: str, sentences: int) -> None:
+    """Where a step of beam 10 over one sentence goes, as shipped: ms per step and torch.profiler's
+    operators by their own CPU time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    torch.set_num_threads(1)
+    _, single = batches_for(vocab, sentences, 1, 0)
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab=vocab, tgt_vocab=vocab, emb=150, hidden=300, encoder_hidden=150)
+    model = build_model(name, cfg).eval()
+    decode("beam", model, single[:1], *VARIANTS["all three (as shipped)"])  # warm-up: the packed weight
+    seconds, _ = decode("beam", model, single, *VARIANTS["all three (as shipped)"])
+    print(f"{DISPLAY_NAMES[name]}, vocabulary {vocab:,}, beam 10 one sentence at a time, 16 steps a sentence:")
+    print(
+        f"{sentences / seconds:.2f} sentences/s, {seconds / sentences / 16 * 1e3:.2f} ms a step (the encoder included)"
+    )
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        decode("beam", model, single, *VARIANTS["all three (as shipped)"])
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--vocabs", nargs="+", type=int, default=[16000, 50000])
     p.add_argument("--mechanisms", nargs="+", default=["copynet", "pointer_generator"])
     p.add_argument("--single", type=int, default=8, help="sentences decoded one at a time")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", action="store_true", help="only profile a beam of one sentence, as shipped")
     args = p.parse_args(argv)
+    if args.profile:
+        return profile(max(args.vocabs), args.mechanisms[-1], args.single)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, {torch.backends.cpu.get_cpu_capability()}")
     normal, floor, under, neg = (exp_microseconds(v) for v in (None, extended.EXP_FLOOR, -88.0, extended.NEG))
