@@ -4,7 +4,7 @@ server) against glibc's own defaults (``COPYSEQ_MALLOC=system``): decoding sente
 tokens/s under the same setting (the reason training processes keep the defaults), page faults per
 step, and whether every output is the same bit for bit.
 
-    python -m benchmarks.bench_allocator                       # ~12 minutes on one core
+    python -m benchmarks.bench_allocator                       # ~7 minutes on one core
     python -m benchmarks.bench_allocator --vocabs 50000 --cells greedy
 
 The allocator is set once per process (glibc cannot go back to its adaptive default), so the two
