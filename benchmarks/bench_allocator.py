@@ -46,7 +46,7 @@ def child(args: argparse.Namespace) -> dict:
     from pipeline.runtime.math_pins import keep_freed_memory, pin_math_libraries
 
     pin_math_libraries()
-    keep_freed_memory()  # as pin_entry_point sets it in a decoding process (a no-op under COPYSEQ_MALLOC=system)
+    kept = keep_freed_memory()  # as pin_entry_point sets it in a decoding process (not under COPYSEQ_MALLOC=system)
     import torch
 
     from benchmarks.bench_training import batches_for, train_steps
@@ -69,7 +69,7 @@ def child(args: argparse.Namespace) -> dict:
         tokens, seconds = train_steps(model, optimizer, batches[1:], False, torch.device("cpu"))
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         digest.update(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
-        return {"rate": tokens / seconds, "faults": faults / args.steps, "digest": digest.hexdigest()}
+        return {"rate": tokens / seconds, "faults": faults / args.steps, "digest": digest.hexdigest(), "kept": kept}
     model.eval()
 
     def decode(batches: list) -> list:
@@ -86,7 +86,8 @@ def child(args: argparse.Namespace) -> dict:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     digest.update(json.dumps(hyps).encode())
     sentences = size * (len(batches) - 1)
-    return {"rate": sentences / seconds, "faults": faults / (16 * (len(batches) - 1)), "digest": digest.hexdigest()}
+    per_step = faults / (16 * (len(batches) - 1))
+    return {"rate": sentences / seconds, "faults": per_step, "digest": digest.hexdigest(), "kept": kept}
 
 
 def main(argv=None) -> None:
@@ -122,8 +123,10 @@ def main(argv=None) -> None:
                             subprocess.run(
                                 [sys.executable, "-m", "benchmarks.bench_allocator", *own], env=env, check=True
                             )
-                            key = (name, vocab, cell)
-                            runs.setdefault(key, {s: [] for s in settings})[setting].append(json.loads(out.read_text()))
+                            result = json.loads(out.read_text())
+                            if result["kept"] != (setting == "kept"):  # e.g. not glibc, or MALLOC_ set by hand
+                                raise SystemExit(f"the {setting} process did not run with that setting: {result}")
+                            runs.setdefault((name, vocab, cell), {s: [] for s in settings})[setting].append(result)
             print(f"round {i + 1} done", file=sys.stderr, flush=True)
     print(f"{cpu_model()}, 1 thread, pinned; median of {args.rounds} processes per setting, one cell each")
     print("units: decoding sentences/s, training target tokens/s; faults: minor page faults per step\n")

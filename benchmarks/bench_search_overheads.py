@@ -100,9 +100,14 @@ def profile(vocab: int, name: str, sentences: int) -> None:
     print(
         f"{sentences / seconds:.2f} sentences/s, {seconds / sentences / 16 * 1e3:.2f} ms a step (the encoder included)"
     )
-    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         decode("beam", model, single, *VARIANTS["all three (as shipped)"])
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+    # by input shape: the selection's operators (over the (1, N / 64) chunk maxima, the (1, 640)
+    # candidates) apart from the same operators elsewhere in the step
+    table = prof.key_averages(group_by_input_shape=True).table(
+        sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=28, max_shapes_column_width=60
+    )
+    print(table)
 
 
 def main(argv=None) -> None:

@@ -288,7 +288,7 @@ def keep_freed_memory() -> bool:
     12.8 MB each). By default glibc maps blocks over its adaptive threshold fresh from the kernel and
     gives the heap's free top back past twice that threshold, so a process that only decodes pays
     a thousand page faults a step, and the kernel zeroing those pages (greedy, 64 sentences at a
-    time, 50,000 words: 1,200-1,400 faults a step and 12-17% of the speed;
+    time, 50,000 words: 1,300-1,400 faults a step and 12-17% of the speed;
     benchmarks/bench_allocator.py). Here blocks up to 32 MiB come from the heap and up to 256 MiB
     of free heap stay with the process. The addresses change, not the arithmetic: PyTorch aligns
     every tensor to 64 bytes either way, so the bits are the same (the benchmark compares every

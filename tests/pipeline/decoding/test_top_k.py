@@ -4,6 +4,7 @@ index ascending), equal to a stable sort of the whole row, on rows built to tie.
 import pytest
 import torch
 
+import pipeline.decoding.top_k as top_k_module
 from models.extended import NEG
 from pipeline.decoding.top_k import CHUNK, top_k, top_k_by_sort
 
@@ -13,7 +14,7 @@ def _rows(kind: str, rows: int, n: int, gen: torch.Generator) -> torch.Tensor:
         return torch.randn(rows, n, generator=gen)
     if kind == "few values":  # ties everywhere, inside chunks and across them
         return torch.randint(0, 4, (rows, n), generator=gen).float()
-    if kind == "beam start":  # one live row of ten, the others at NEG + a score (rounds to NEG)
+    if kind == "beam start":  # the first tenth live (a beam's first row), the rest at NEG
         x = torch.full((rows, n), NEG)
         x[:, : n // 10] = torch.randn(rows, n // 10, generator=gen)
         return x
@@ -30,11 +31,16 @@ def _rows(kind: str, rows: int, n: int, gen: torch.Generator) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["normal", "few values", "beam start", "all NEG", "-inf and best last"])
 @pytest.mark.parametrize("n", [4 * 10 * CHUNK, 4 * 10 * CHUNK + 37, 50_013])
 @pytest.mark.parametrize("rows", [1, 3])
-def test_top_k_equals_a_stable_sort_of_the_whole_row(kind, n, rows):
+def test_top_k_equals_a_stable_sort_of_the_whole_row(kind, n, rows, monkeypatch):
     gen = torch.Generator().manual_seed(n + rows)
     scores = _rows(kind, rows, n, gen)
-    values, index = top_k(scores, 10)
     ref_values, ref_index = top_k_by_sort(scores, 10)
+
+    def whole_row_sort(*_):
+        raise AssertionError("rows this long take the chunked path")
+
+    monkeypatch.setattr(top_k_module, "top_k_by_sort", whole_row_sort)
+    values, index = top_k(scores, 10)
     assert torch.equal(index, ref_index)
     assert torch.equal(values, ref_values)
     assert torch.equal(values, scores.gather(1, index))
