@@ -42,6 +42,21 @@ class TaskPaths:
     def evaluation(self, mechanism: str) -> Path:
         return self.root / "data" / "eval" / "runs" / self.task / mechanism
 
+    def predictions(self, mechanism: str, split: str, seed: str | None = None) -> Path:
+        """A split's prediction records: the registered model's (the first seed's), or another
+        seed's (train.seeds > 1) under ``predictions/seeds/<seed>/``."""
+        folder = self.evaluation(mechanism) / "predictions"
+        return (folder if seed is None else folder / "seeds" / str(seed)) / f"{split}.jsonl"
+
+    def seed_predictions(self, mechanism: str) -> list[str]:
+        """The other seeds whose predictions the evaluate stage wrote, in seed order."""
+        folder = self.evaluation(mechanism) / "predictions" / "seeds"
+        return sorted((p.name for p in folder.iterdir() if p.is_dir()), key=int) if folder.is_dir() else []
+
+    def intervals(self, task: str) -> Path:
+        """The comparison's intervals and paired tests (git-tracked, read by the docs tables)."""
+        return self.root / "data" / "eval" / "intervals" / f"{task}.json"
+
     @property
     def comparison(self) -> Path:
         return self.root / "data" / "eval" / "comparison"

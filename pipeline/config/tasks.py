@@ -5,7 +5,7 @@
 * ``tasks`` maps each task to run to its raw input (the file or directory DVC watches; a task's
   shards are ``data/shards/<task>``, prepared by the reader ``prepare.<task>`` names);
 * ``task_settings.<task>`` holds what differs per task: ``raw`` (the default raw input, used by
-  ``python -m pipeline.data.tasks enable``), ``champion`` (``split.metric`` that picks the best model),
+  ``python -m pipeline.data.tasks enable``), ``champion`` (``valid.<metric>`` that picks the best model),
   overrides of the shared ``vocab``/``model``/``train``/``evaluate``/``compare`` sections, and
   ``presets.<name>`` with further overrides (``paper``: the papers' sizes; ``cpu``: minutes on a
   laptop), of which ``preset`` selects one.
@@ -107,10 +107,26 @@ def _mechanism_overrides(settings: dict, task: str, mechanism: str) -> dict:
     return overrides
 
 
-def primary_metric(params: dict, task: str) -> tuple[str, str, bool]:
-    """``(split, metric key, higher_is_better)`` that ranks mechanisms on ``task`` (the champion)."""
-    spec = task_settings(params, task).get("champion", "test.top1")
-    split, _, key = spec.partition(".")
-    if not key:
-        raise ValueError(f"params.yaml: task_settings.{task}.champion must be 'split.metric', got {spec!r}")
+SELECTION_SPLIT = "valid"  # every choice (checkpoints, epochs, champion, promotion) reads this split only
+
+
+def selection_split_of(spec: str, setting: str) -> tuple[str, str]:
+    """``(split, key)`` of a metric named ``valid.<key>`` (or ``<key>``); a ValueError naming ``setting``
+    for any other split: nothing is chosen on a test split."""
+    split, _, key = spec.partition(".") if spec.startswith(f"{SELECTION_SPLIT}.") else ("", "", spec)
+    split = split or SELECTION_SPLIT
+    first = spec.split(".")[0]
+    if not key or ("." in spec and first != SELECTION_SPLIT):
+        raise ValueError(
+            f"params.yaml: {setting} is {spec!r}: models are chosen on the validation split only; "
+            f"write '{SELECTION_SPLIT}.<metric>' (e.g. {SELECTION_SPLIT}.{key.split('.')[-1] or 'top1'})"
+        )
+    return split, key
+
+
+def selection_metric(params: dict, task: str) -> tuple[str, str, bool]:
+    """``(split, metric key, higher_is_better)`` that ranks the mechanisms of ``task`` (the champion)
+    and chooses their checkpoints (``train.select_by: metric``): always on the validation split."""
+    spec = str(task_settings(params, task).get("champion", f"{SELECTION_SPLIT}.top1"))
+    split, key = selection_split_of(spec, f"task_settings.{task}.champion")
     return split, key, True

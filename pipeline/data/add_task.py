@@ -248,7 +248,7 @@ def task_settings_entry(task: NewTask, raw: Path) -> dict:
     evaluate: dict = {"metric": task.metric}
     if task.max_len is not None:
         evaluate["max_len"] = task.max_len
-    entry: dict = {"raw": str(raw), "champion": f"test.{key}"}
+    entry: dict = {"raw": str(raw), "champion": f"valid.{key}"}  # chosen on validation, never on test
     entry["evaluate"] = evaluate
     if columns:
         entry["compare"] = {"columns": columns}

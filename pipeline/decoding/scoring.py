@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Container
 
 from pipeline.decoding.settings import EvalConfig
+from pipeline.metrics.bootstrap import ExampleScores, exact_match_scores, text_example_scores
 from pipeline.metrics.byte_budget import BUDGET_BYTES, byte_budget
 from pipeline.metrics.copy_analysis import copy_analysis
 from pipeline.metrics.registry import exact_match_by_group, text_metrics
@@ -44,3 +45,14 @@ def score_records(
     if tgt_vocab is not None:
         out["copy"] = copy_analysis([r["pred"] for r in records], refs, [r["src"] for r in records], tgt_vocab)
     return out
+
+
+def example_scores(records: list[dict], cfg: EvalConfig, split: str = "test") -> dict[str, ExampleScores]:
+    """Per-example scores of every headline number score_records gives for the split (not the per-group or copy-analysis ones)."""
+    kind = cfg.metric_for(split)
+    if kind == "exact_match":
+        return exact_match_scores([r["tgt"] for r in records], [r["nbest"] for r in records], cfg.topk)
+    refs_raw = [r["refs_raw"] for r in records] if records and all(r.get("refs_raw") for r in records) else None
+    return text_example_scores(
+        kind, [r["pred"] for r in records], references(records), [r["src"] for r in records], refs_raw=refs_raw
+    )

@@ -84,6 +84,12 @@ def write_jsonl_atomic(path: str | Path, records: list[dict]) -> None:
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a JSON Lines file (what :func:`write_jsonl_atomic` writes)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def copy_dir_atomic(src: Path, dst: Path, extra: list[Path] = ()) -> None:
     """Copy directory ``src`` (and the files ``extra``) to ``dst`` via a temp sibling + rename:
     ``dst`` is whole or absent."""

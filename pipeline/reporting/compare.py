@@ -33,6 +33,9 @@ class CompareConfig:
     columns: tuple[str, ...] = ()  # metric keys (text tasks) or group names (exact match)
     paper_tables: dict = field(default_factory=dict)  # paper table id -> the split of ours it sits beside
     lead: tuple[int, ...] = ()  # model-free lead-N rows (pipeline.reporting.baselines)
+    resample_by: str | None = (
+        None  # the shard column of the test set's natural groups (null: the reader's, else examples)
+    )
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.paper_tables if t not in PAPER_TABLES]
@@ -61,14 +64,55 @@ def _fmt(v, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _cell(value, cell: dict | None, digits: int) -> str:
+    """A figure with its uncertainty: ``mean ± sd [low, high]`` (sd with several seeds), bold when it is
+    the column's best or not significantly different from it."""
+    if cell is None:
+        return _fmt(value, digits)
+    mean = _fmt(cell["mean"], digits)
+    if cell["best"] or not cell["significant"]:
+        mean = f"**{mean}**"
+    sd = f" ± {cell['sd']:.{digits}f}" if cell.get("sd") is not None else ""
+    return f"{mean}{sd} [{cell['low']:.{digits}f}, {cell['high']:.{digits}f}]"
+
+
+def interval_note(split_intervals: dict | None) -> str:
+    """The line under a table saying what its intervals and bold figures mean."""
+    if not split_intervals:
+        return ""
+    cells = split_intervals.get("cells") or {}
+    seeds = max((c["seeds"] for rows in cells.values() for c in rows.values()), default=1)
+    by = split_intervals.get("resample_by")
+    unit = split_intervals["unit"] + (f" (`{by}`)" if by else "")
+    over = f"the mean over {seeds} training seeds ± their sd, then " if seeds > 1 else "one training seed; "
+    return (
+        f"\nEach figure of ours: {over}its 95% interval from {split_intervals['resamples']:,} bootstrap resamples of "
+        f"the test set's {unit}{' and of the seeds' if seeds > 1 else ''}. **Bold**: the column's best and every row "
+        "not significantly different from it (paired bootstrap on the same resamples, p >= 0.05). "
+        + ("" if seeds > 1 else "With one seed the interval leaves out training variance (train.seeds). ")
+        + "Published rows carry no interval.\n"
+    )
+
+
 def ranking_line(
-    metrics: dict[str, dict], split: str, key: str, higher: bool, names: dict[str, str], digits: int = 2
+    metrics: dict[str, dict],
+    split: str,
+    key: str,
+    higher: bool,
+    names: dict[str, str],
+    digits: int = 2,
+    cells: dict[str, dict] | None = None,
 ) -> str:
     """One line ranking the mechanisms by ``split``.``key`` (the task's champion metric), best first:
-    ``test top1: CopyNet 76.95 · Pointer Softmax 31.29 · ...``. Mechanisms without it are left out."""
+    ``test top1: CopyNet 76.95 · Pointer Softmax 31.29 · ...``. Mechanisms without it are left out.
+    ``cells``: row -> interval (pipeline.reporting.uncertainty), then each figure is shown as the tables
+    show it (the seeds' mean, its interval, bold when not significantly different from the best)."""
     scores = {m: per[split][key] for m, per in metrics.items() if key in (per.get(split) or {})}
+    if cells:
+        scores = {m: cells[m]["mean"] if m in cells else v for m, v in scores.items()}
     ranked = sorted(scores.items(), key=lambda item: -item[1] if higher else item[1])
-    return f"{split} {key}: " + " · ".join(f"{names.get(m, m)} {v:.{digits}f}" for m, v in ranked)
+    shown = [f"{names.get(m, m)} {_cell(v, (cells or {}).get(m), digits)}" for m, v in ranked]
+    return f"{split} {key}: " + " · ".join(shown)
 
 
 def accuracy_rows(metrics: dict[str, dict], split: str, columns: list[str], key: str) -> dict[str, dict]:
@@ -94,14 +138,20 @@ def metric_rows(metrics: dict[str, dict], split: str, columns: list[str]) -> dic
 
 
 def markdown_table(
-    rows: dict[str, dict], columns: list[str], display: dict[str, str], paper: dict | None = None, digits: int = 1
+    rows: dict[str, dict],
+    columns: list[str],
+    display: dict[str, str],
+    paper: dict | None = None,
+    digits: int = 1,
+    cells: dict[str, dict] | None = None,
 ) -> str:
-    """Our rows, then the paper's (only the mechanisms we ran, plus its other systems)."""
+    """Our rows, then the paper's (only the mechanisms we ran, plus its other systems). ``cells``:
+    column -> row -> interval (pipeline.reporting.uncertainty), shown with our figures where present."""
+    cells = cells or {}
     lines = ["| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     for mech, values in rows.items():
-        lines.append(
-            f"| {display.get(mech, mech)} (ours) | " + " | ".join(_fmt(values.get(c), digits) for c in columns) + " |"
-        )
+        shown = [_cell(values.get(c), (cells.get(c) or {}).get(mech), digits) for c in columns]
+        lines.append(f"| {display.get(mech, mech)} (ours) | " + " | ".join(shown) + " |")
     if paper:
         digits = paper.get("decimals", digits)
         for mech, values in paper["rows"].items():
@@ -235,10 +285,27 @@ def budget_markdown(metrics: dict[str, dict], split: str, display: dict[str, str
     return "".join(lines)
 
 
+def table_cells(split_intervals: dict | None, columns: list[str], key: str | None = None) -> dict[str, dict]:
+    """Column -> row -> interval for one table: exact match's ``all`` column is the key itself, a group
+    column ``<group>.<key>``; a text metric's column is its key."""
+    found = (split_intervals or {}).get("cells") or {}
+    if key is None:
+        return {c: found[c] for c in columns if c in found}
+    names = {c: key if c == "all" else f"{c}.{key}" for c in columns}
+    return {c: found[name] for c, name in names.items() if name in found}
+
+
 def comparison_markdown(
-    task: str, metrics: dict[str, dict], cfg: CompareConfig, display: dict[str, str], metric_kinds: dict[str, str]
+    task: str,
+    metrics: dict[str, dict],
+    cfg: CompareConfig,
+    display: dict[str, str],
+    metric_kinds: dict[str, str],
+    intervals: dict | None = None,
 ) -> str:
-    """The whole comparison page for one task (``cfg``: the task's effective ``compare`` settings)."""
+    """The whole comparison page for one task (``cfg``: the task's effective ``compare`` settings;
+    ``intervals``: :func:`pipeline.reporting.uncertainty.split_intervals` by split, shown in the cells)."""
+    intervals = intervals or {}
     splits = [s for s in cfg.splits if any(s in m for m in metrics.values())]
     tables = {split: [PAPER_TABLES[t] for t, s in cfg.paper_tables.items() if s == split] for split in splits}
     out = [f"# {task}: comparison\n"]
@@ -251,12 +318,14 @@ def comparison_markdown(
                 rows = accuracy_rows(metrics, split, list(cfg.columns), key)
                 if not rows:
                     continue
+                cells = table_cells(intervals.get(split), columns, key)
                 for paper in papers if key == "top1" else [None]:
                     out.append(f"\n## {split}: exact-match accuracy, {key} (%)\n\n")
                     if paper:
                         out.append(_paper_note(paper) + "\n")
-                    out.append(markdown_table(rows, columns, display, paper))
+                    out.append(markdown_table(rows, columns, display, paper, cells=cells))
                     out.append(hidden_paper_rows(paper, rows, display, metrics, split))
+                    out.append(interval_note(intervals.get(split) if cells else None))
             continue
         for paper in papers:
             columns = list(paper["columns"]) if paper else list(cfg.columns)
@@ -267,8 +336,10 @@ def comparison_markdown(
             out.append(f"\n## {split} ({n} examples): {kind}\n\n")
             if paper:
                 out.append(_paper_note(paper) + "\n")
-            out.append(markdown_table(rows, columns, display, paper, digits=2))
+            cells = table_cells(intervals.get(split), columns)
+            out.append(markdown_table(rows, columns, display, paper, digits=2, cells=cells))
             out.append(hidden_paper_rows(paper, rows, display, metrics, split))
+            out.append(interval_note(intervals.get(split) if cells else None))
         if kind == BUDGET_KIND:
             out.append(budget_markdown(metrics, split, display))
     out.extend(copy_markdown(metrics, split, display) for split in splits)

@@ -48,17 +48,43 @@ def copy_heatmap(trace: dict, path: Path, title: str) -> None:
     _save(fig, path)
 
 
-def grouped_bars(rows: dict[str, dict[str, float]], columns: list[str], path: Path, title: str, ylabel: str) -> None:
-    """One group of bars per column, one bar per row (e.g. mechanisms x rule types)."""
-    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(columns)), 3.8))
-    width = 0.8 / max(len(rows), 1)
-    for i, (name, values) in enumerate(rows.items()):
-        xs = [j + i * width for j in range(len(columns))]
-        hatch = "//" if name.endswith("(paper)") else None
-        ax.bar(xs, [values.get(c, 0.0) for c in columns], width, label=name, hatch=hatch)
-    ax.set_xticks([j + width * (len(rows) - 1) / 2 for j in range(len(columns))], columns)
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(0, 105)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+def interval_dots(
+    rows: dict[str, dict[str, float]],
+    intervals: dict[str, dict[str, dict]],
+    columns: list[str],
+    path: Path,
+    title: str,
+    xlabel: str,
+) -> None:
+    """One panel per column, one line per row: our figure as a dot with its 95% interval as whiskers
+    (blue: the column's best or not significantly different from it, grey: significantly worse), a
+    published figure as a hollow diamond. Row labels on the left, the key under the panels: nothing
+    covers a point or a whisker."""
+    labels = list(rows)
+    height = 0.34 * len(labels) + 1.4
+    fig, axes = plt.subplots(1, len(columns), figsize=(2.3 * len(columns) + 3.2, height), sharey=True, squeeze=False)
+    ys = list(range(len(labels)))[::-1]  # the first row at the top
+    for ax, column in zip(axes[0], columns):
+        for y, label in zip(ys, labels):
+            value = rows[label].get(column)
+            if value is None:
+                continue
+            cell = (intervals.get(label) or {}).get(column)
+            if cell is None:  # a published figure
+                ax.plot(value, y, marker="D", mfc="none", mec="C3", ms=5, ls="none")
+                continue
+            tied = cell["best"] or not cell["significant"]
+            err = [[max(value - cell["low"], 0.0)], [max(cell["high"] - value, 0.0)]]
+            ax.errorbar(value, y, xerr=err, fmt="o", ms=4, capsize=2, color="C0" if tied else "0.55")
+        ax.set_title(column, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=7)
+    axes[0][0].set_yticks(ys, labels, fontsize=7)
+    axes[0][0].set_ylim(-0.7, len(labels) - 0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.supxlabel(
+        f"{xlabel}. Dots: ours with the 95% interval (blue: best or not significantly different from it; "
+        "grey: significantly worse). Hollow diamonds: the paper's.",
+        fontsize=7,
+    )
     _save(fig, path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.config.tasks import primary_metric
+from pipeline.config.tasks import selection_metric, selection_split_of
 from pipeline.config.validation import dataclass_from_dict
 
 TAG = "retrain."  # prefix of every registry tag retraining writes
@@ -20,7 +20,7 @@ class RetrainConfig:
     mechanism: str | None = None  # the challenger's mechanism; null: the champion's
     cron: str = "0 3 * * 0"  # the deployment's schedule (Sundays 03:00)
     deployment: str | None = None  # null: retrain-<task>
-    metric: str | None = None  # "<split>.<key>[.<key>...]"; null: pipeline.config.tasks.primary_metric
+    metric: str | None = None  # "<split>.<key>[.<key>...]"; null: pipeline.config.tasks.selection_metric
     higher_is_better: bool = True
     margin: float = 0.0  # promote iff the challenger is better by MORE than this
     pull: bool = True  # `dvc pull` before reproducing
@@ -40,7 +40,7 @@ class RetrainConfig:
         if isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)) or not self.margin >= 0:
             problems.append(f"margin must be a number >= 0, got {self.margin!r}")
         if self.metric is not None and "." not in str(self.metric):
-            problems.append(f"metric must be '<split>.<key>' (e.g. test.top1), got {self.metric!r}")
+            problems.append(f"metric must be 'valid.<key>' (e.g. valid.top1), got {self.metric!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             problems.append(f"retries must be an int >= 0, got {self.retries!r}")
         if not self.command_timeout_s > 0 or not self.retry_delay_s >= 0:
@@ -90,7 +90,7 @@ class MetricSpec:
 def metric_spec(params: dict, cfg: RetrainConfig) -> MetricSpec:
     """``cfg.metric`` (with ``cfg.higher_is_better``), or the task's champion metric from params."""
     if cfg.metric:
-        split, *keys = cfg.metric.split(".")
-        return MetricSpec(split, tuple(keys), bool(cfg.higher_is_better))
-    split, key, higher = primary_metric(params, cfg.task)
+        split, key = selection_split_of(cfg.metric, "retrain.metric")
+        return MetricSpec(split, tuple(key.split(".")), bool(cfg.higher_is_better))
+    split, key, higher = selection_metric(params, cfg.task)
     return MetricSpec(split, tuple(key.split(".")), higher)

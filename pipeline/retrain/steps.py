@@ -28,6 +28,7 @@ from pipeline.config.tasks import effective_params
 from pipeline.decoding.decode import decode_table
 from pipeline.decoding.scoring import score_records
 from pipeline.decoding.settings import EvalConfig
+from pipeline.decoding.validation import job_scorer
 from pipeline.io.files import copy_dir_atomic, write_json_atomic
 from pipeline.io.shards import first_rows, read_manifest, read_split
 from pipeline.retrain.settings import TAG, MetricSpec
@@ -72,7 +73,10 @@ def train_challenger(root: Path, params: dict, task_name: str, mechanism: str, r
         if previous != run.run_id:
             run.params({"model": vars(model_cfg), "train": vars(train_cfg)})
         history = job.run(
-            on_validate=lambda row: run.metrics(row, step=row["step"]), checkpoints=ckpt_dir, run_key=run.run_id
+            on_validate=lambda row: run.metrics(row, step=row["step"]),
+            checkpoints=ckpt_dir,
+            run_key=run.run_id,
+            score_valid=job_scorer(job),  # checkpoints chosen as the train stage chooses them
         )
     if not (ckpt_dir / "model.pt").exists():
         raise RuntimeError(f"training {mechanism} wrote no {ckpt_dir / 'model.pt'} (train.epochs = {train_cfg.epochs})")
@@ -181,12 +185,16 @@ def move_alias(task_name: str, version: str, reason: str, prefix: str = "") -> N
 def log_decision(
     experiment: str, run_id: str, spec: MetricSpec, record: dict, promote: bool, task: str | None = None
 ) -> None:
-    """The frozen-test scores and the decision on the challenger's MLflow run; with ``task``, the
-    frozen test copy both models were scored on as the run's ``evaluation`` dataset input."""
+    """The frozen copy's scores and the decision on the challenger's MLflow run; with ``task``, the
+    frozen copy of the metric's split (validation) both models were scored on as the run's
+    ``evaluation`` dataset input, named ``<task>/frozen_<split>`` (the run's training already
+    recorded the live split under its own name)."""
     with RunLogger(experiment, "retrain", run_id) as run:
         if task is not None:
-            frozen = {spec.split: Path(record["frozen_test"]["dir"])}
-            run.datasets(task, frozen, stage="evaluate", tags={spec.split: {"frozen_test": "true"}})
+            name = f"frozen_{spec.split}"
+            run.datasets(
+                task, {name: Path(record["frozen_test"]["dir"])}, stage="evaluate", tags={name: {"frozen_test": "true"}}
+            )
         run.metrics(
             {
                 f"frozen_{spec.name}": record["challenger"]["value"],

@@ -14,13 +14,23 @@ from pathlib import Path
 from models.registry import DISPLAY_NAMES, MECHANISMS
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
-from pipeline.config.tasks import effective_params, primary_metric, task_names
+from pipeline.config.tasks import effective_params, selection_metric, task_names
 from pipeline.config.variants import check_variants, display_names
+from pipeline.data.corpora import resample_column
 from pipeline.decoding.settings import EvalConfig
-from pipeline.io.files import write_json_atomic, write_text_atomic
-from pipeline.reporting.baselines import baseline_names, lead_metrics, lead_name
-from pipeline.reporting.compare import PAPER_TABLES, CompareConfig, comparison_markdown, plot_rows, ranking_line
-from pipeline.reporting.plots import grouped_bars
+from pipeline.io.files import read_jsonl, write_json_atomic, write_text_atomic
+from pipeline.io.shards import first_rows, read_split
+from pipeline.reporting.baselines import baseline_names, lead_metrics, lead_name, lead_records
+from pipeline.reporting.compare import (
+    PAPER_TABLES,
+    CompareConfig,
+    comparison_markdown,
+    plot_rows,
+    ranking_line,
+    table_cells,
+)
+from pipeline.reporting.plots import interval_dots
+from pipeline.reporting.uncertainty import split_intervals
 from pipeline.tracking.registry import model_name, promote_best, version_tags
 from pipeline.tracking.runs import (
     describe_experiment,
@@ -33,15 +43,17 @@ from pipeline.tracking.runs import (
 from pipeline.tracking.settings import TrackingConfig
 
 
-def plot_csv(rows: dict[str, dict], columns: list[str], display: dict[str, str]) -> str:
-    """Long format (one row per mechanism and metric) for a `dvc plots` bar chart."""
+def plot_csv(rows: dict[str, dict], columns: list[str], display: dict[str, str], cells: dict[str, dict]) -> str:
+    """Long format (one row per mechanism and metric, with the 95% interval) for a `dvc plots` chart."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["label", "mechanism", "metric", "value"])
+    writer.writerow(["label", "mechanism", "metric", "value", "low", "high"])
     for mech, values in rows.items():
         for col in columns:
             if values.get(col) is not None:
-                writer.writerow([f"{display.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}"])
+                cell = (cells.get(col) or {}).get(mech) or {}
+                bounds = [f"{cell[k]:.4f}" if k in cell else "" for k in ("low", "high")]
+                writer.writerow([f"{display.get(mech, mech)} {col}", mech, col, f"{values[col]:.4f}", *bounds])
     return buf.getvalue()
 
 
@@ -49,7 +61,7 @@ def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[st
     """Move ``champion`` to the best registered version by the task's metric among those scored on
     the current test data (versions scored on other data are not comparable); a line for the page."""
     prefix = TrackingConfig.from_params(params).registry_prefix
-    split, key, higher = primary_metric(params, paths.task)
+    split, key, higher = selection_metric(params, paths.task)
     same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
     champ = promote_best(paths.task, f"{split}.{key}", higher, prefix, where=same_data)
     if champ is None:
@@ -61,13 +73,17 @@ def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[st
     return champ, f"\nMLflow registry: `models:/{name}@champion` is the {mechanism} model (best {split} {key}).\n"
 
 
-def write_plots(paths: TaskPaths, metrics: dict, cfg: CompareConfig, kinds: dict, display: dict[str, str]) -> Path:
-    """The bar chart (ours and the paper's rows on the first compared split) and the DVC plot CSV."""
+def write_plots(
+    paths: TaskPaths, metrics: dict, cfg: CompareConfig, kinds: dict, display: dict[str, str], intervals: dict
+) -> Path:
+    """The chart (ours with intervals and the paper's rows on the first compared split) and the DVC plot CSV."""
     split = cfg.splits[0]
     kind = kinds.get(split, "exact_match")
     columns = list(cfg.columns) + (["all"] if kind == "exact_match" else [])
     rows = plot_rows(metrics, split, list(cfg.columns), kind)
+    cells = table_cells(intervals.get(split), columns, "top1" if kind == "exact_match" else None)
     bars = {f"{display.get(m, m)} (ours)": v for m, v in rows.items()}
+    whiskers = {f"{display.get(m, m)} (ours)": {c: cells[c][m] for c in cells if m in cells[c]} for m in rows}
     for table_id, table_split in cfg.paper_tables.items():
         paper = PAPER_TABLES[table_id]
         if table_split == split:
@@ -80,8 +96,8 @@ def write_plots(paths: TaskPaths, metrics: dict, cfg: CompareConfig, kinds: dict
             )
     png = paths.comparison / f"{paths.task}.png"
     unit = "accuracy (%), top-1" if kind == "exact_match" else kind
-    grouped_bars(bars, columns, png, f"{paths.task} ({split}): {unit}", unit)
-    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns, display))
+    interval_dots(bars, whiskers, columns, png, f"{paths.task} ({split}): {unit}", unit)
+    write_text_atomic(paths.comparison_plot(paths.task), plot_csv(rows, columns, display, cells))
     return png
 
 
@@ -114,6 +130,59 @@ def comparison_metrics(metrics: dict[str, dict]) -> dict[str, float]:
     return flat
 
 
+def split_records(paths: TaskPaths, mechanisms: list[str], split: str, cfg: CompareConfig, ev: EvalConfig) -> dict:
+    """Row -> its prediction records of ``split``, one list per seed (the first seed's first), for the
+    rows evaluated on it; the lead-N rows' records (one 'seed')."""
+    rows = {}
+    for mech in mechanisms:
+        if paths.predictions(mech, split).is_file():
+            seeds = [None, *paths.seed_predictions(mech)]
+            rows[mech] = [read_jsonl(paths.predictions(mech, split, seed)) for seed in seeds]
+    if paths.split(split).is_dir():
+        for n in cfg.lead:
+            rows[lead_name(n)] = [lead_records(first_rows(read_split(paths.split(split)), ev.max_examples), n)]
+    return rows
+
+
+def resample_groups(paths: TaskPaths, split: str, records: list[dict], column: str | None) -> list | None:
+    """Each record's resampling group: ``column`` of the split's shard rows it was decoded from (None:
+    examples are resampled). The records are the shard's first rows in order; a ValueError if not."""
+    if column is None:
+        return None
+    table = first_rows(read_split(paths.split(split)), len(records))
+    if column not in table.column_names:
+        raise ValueError(f"{paths.split(split)}: no column {column!r} to resample by (compare.resample_by)")
+    ids = table.column("id").to_pylist()
+    if ids != [r["id"] for r in records]:
+        raise ValueError(f"{paths.split(split)}: the predictions are not its first {len(records)} rows in order")
+    return table.column(column).to_pylist()
+
+
+def comparison_intervals(paths: TaskPaths, mechanisms: list[str], params: dict) -> dict:
+    """Every compared split's intervals and paired tests (pipeline.reporting.uncertainty)."""
+    cfg, ev = CompareConfig.from_params(params), EvalConfig.from_params(params)
+    column = cfg.resample_by or resample_column((params.get("prepare") or {}).get(paths.task) or {})
+    out = {}
+    for split in cfg.splits:
+        rows = split_records(paths, mechanisms, split, cfg, ev)
+        if rows:
+            groups = resample_groups(paths, split, next(iter(rows.values()))[0], column)
+            out[split] = {"resample_by": column, **split_intervals(rows, ev, split, cfg.columns, groups)}
+    return out
+
+
+def interval_metrics(intervals: dict) -> dict[str, float]:
+    """``<row>.<split>.<cell>.{low,high,sd,p_value}`` for MLflow, beside the figures themselves."""
+    flat = {}
+    for split, found in intervals.items():
+        for cell, rows in found["cells"].items():
+            for row, c in rows.items():
+                for key in ("low", "high", "sd", "p_value"):
+                    if c.get(key) is not None:
+                        flat[f"{row}.{split}.{cell}.{key}"] = c[key]
+    return flat
+
+
 def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     """One task's comparison page, chart, CSV and champion; logged on the pipeline's parent run."""
     task_name = paths.task
@@ -133,13 +202,15 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     kinds = {split: ev.metric_for(split) for split in ev.splits}
     manifests = task_manifests(paths.shards)
     champ, champ_line = choose_champion(paths, params, manifests)
-    text = comparison_markdown(task_name, metrics, cfg, display, kinds) + champ_line
+    intervals = comparison_intervals(paths, mechanisms, params)
+    write_json_atomic(paths.intervals(task_name), intervals)
+    text = comparison_markdown(task_name, metrics, cfg, display, kinds, intervals) + champ_line
     md = paths.comparison / f"{task_name}.md"
     write_text_atomic(md, text)
     # every row's metrics in one file (the mechanisms' metrics.json and the baselines'), for experiments
     # that collect runs (scripts/gigaword_curve.sh)
     write_json_atomic(paths.comparison / f"{task_name}.metrics.json", metrics)
-    png = write_plots(paths, metrics, cfg, kinds, display)
+    png = write_plots(paths, metrics, cfg, kinds, display, intervals)
 
     # The comparison goes on the pipeline's parent run itself, so the experiment's first screen (the
     # parent run with the mechanisms folded under it) compares them: one metric per mechanism and
@@ -149,17 +220,19 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     csv_path = paths.comparison_plot(task_name)
     log_to_run(
         parent,
-        comparison_metrics(metrics),
-        [md, png, csv_path],
+        {**comparison_metrics(metrics), **interval_metrics(intervals)},
+        [md, png, csv_path, paths.intervals(task_name)],
         finished_at_ms=int(time.time() * 1000),
         tags={"champion_version": str(champ)},
     )
     # The experiment's description is the first thing its page shows: the mechanisms ranked on one
     # line, the full tables when expanded. Each pipeline run replaces it with its own.
-    split, key, higher = primary_metric(params, task_name)
-    ranking = ranking_line(metrics, split, key, higher, display, digits=1)  # as the tables
+    _, key, higher = selection_metric(params, task_name)
+    split = cfg.splits[0]  # the reported split, ranked by the metric the champion is chosen by (on valid)
+    cells = ((intervals.get(split) or {}).get("cells") or {}).get(key)
+    ranking = ranking_line(metrics, split, key, higher, display, digits=1, cells=cells)  # as the tables
     commit = git_commit(paths.root)[:7]
-    describe_experiment(experiment, f"**{ranking}**\n\nPipeline run of commit {commit}.\n\n{text}")
+    describe_experiment(experiment, f"{ranking}\n\nPipeline run of commit {commit}.\n\n{text}")
     return text
 
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.config.backbones import row_vocab_dir
-from pipeline.config.params import load_params, project_root
+from pipeline.config.params import load_params, project_root, section
 from pipeline.config.paths import TaskPaths
-from pipeline.config.tasks import effective_params
+from pipeline.config.tasks import effective_params, selection_metric
 from pipeline.config.variants import resolve
 from pipeline.data.corpora.raw_input import accepts_raw_text, detokenize
 from pipeline.decoding.decode import copy_trace, decode_table, decode_words
@@ -49,6 +49,7 @@ def evaluate_split(
     cfg: EvalConfig,
     device,
     tokenizer: BackboneTokenizer | None = None,
+    seed: str | None = None,
 ) -> dict:
     """Decode one split (its first ``max_examples`` rows), write its predictions; its metrics.
     ``tokenizer``: a row on a pretrained backbone decodes its pieces and is scored on the output text's
@@ -65,8 +66,46 @@ def evaluate_split(
         f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
         f"({len(records) / max(seconds, 1e-9):.1f} sentences/s, beam {cfg.beam_size})"
     )
-    write_jsonl_atomic(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", records)
+    write_jsonl_atomic(paths.predictions(mechanism, split, seed), records)
     return score_records(records, cfg, split, tgt_vocab=vocabs[1])
+
+
+def extra_seeds(paths: TaskPaths, mechanism: str) -> list[str]:
+    """The row's other trained seeds (train.seeds > 1): the folders the train stage wrote under its
+    checkpoint folder's ``seeds/``, in seed order."""
+    folder = paths.checkpoints(mechanism) / "seeds"
+    found = [p.name for p in folder.iterdir() if (p / "model.pt").is_file()] if folder.is_dir() else []
+    return sorted(found, key=int)
+
+
+def headline(metrics: dict) -> dict:
+    """The numbers of a split's metrics that a seed's figure keeps (not the groups or copy analysis)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def evaluate_seeds(
+    paths: TaskPaths, mechanism: str, params: dict, splits: list[str], first: dict, vocabs, cfg, device, tokenizer
+) -> dict:
+    """Every other seed's model scored as the first (its predictions beside the first's); ``first``'s
+    splits gain ``seeds``: each seed's headline figures, the first's included. Each seed's figures go to
+    its own MLflow run (nested in the row's). The metrics by split."""
+    seeds = extra_seeds(paths, mechanism)
+    if not seeds:
+        return first
+    first_seed = str(section(params, "train").get("seed", 1234))
+    per_seed = {split: {first_seed: headline(first[split])} for split in splits}
+    experiment = TrackingConfig.from_params(params).experiment(paths.task)
+    for seed in seeds:
+        run_id, sha = RunRecord.of(paths.train_state(mechanism) / "seeds" / seed).training_run()
+        model, _ = load_model(
+            paths.checkpoints(mechanism) / "seeds" / seed / "model.pt", mechanism, device, vocabs, sha256=sha
+        )
+        scored = {s: evaluate_split(model, paths, mechanism, s, vocabs, cfg, device, tokenizer, seed) for s in splits}
+        for split in splits:
+            per_seed[split][seed] = headline(scored[split])
+        with RunLogger(experiment, f"{mechanism} seed {seed}", run_id) as run_:
+            run_.metrics({s: headline(m) for s, m in scored.items()})
+    return {split: {**first[split], "seeds": per_seed[split]} for split in splits}
 
 
 def copy_summary(copy: dict) -> str:
@@ -177,11 +216,15 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
         model, _ = load_model(checkpoint / "model.pt", mechanism, device, vocabs)
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
+    selection, _, _ = selection_metric(params, task_name)
+    if selection not in splits:  # the split the champion is chosen on is always scored
+        splits.append(selection)
     with nondeterministic_ops_named(device, "evaluate.deterministic"):
         metrics = {
             split: step(evaluate_split)(model, paths, mechanism, split, vocabs, cfg, device, tokenizer)
             for split in splits
         }
+        metrics = evaluate_seeds(paths, mechanism, params, splits, metrics, vocabs, cfg, device, tokenizer)
     write_json_atomic(paths.evaluation(mechanism) / "metrics.json", {**metrics, **skipped})
     plot = step(heatmap)(model, paths, mechanism, vocabs, cfg, device, tokenizer)
 
@@ -193,11 +236,13 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
         run_.artifact(plot)
         run_.artifact(paths.evaluation(mechanism) / "metrics.json")
         for split in splits:
-            run_.artifact(paths.evaluation(mechanism) / "predictions" / f"{split}.jsonl", "predictions")
+            run_.artifact(paths.predictions(mechanism, split), "predictions")
         version = register_model(run_, paths, mechanism, params, metrics, splits[0], checkpoint, serving)
         run_.tags({"registered_version": version})
     for split, m in metrics.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
+        if "seeds" in m:
+            shown += f" (first seed; {len(m['seeds'])} seeds)"
         print(f"{task_name}/{mechanism}/{split}: {shown} (n={m['n']})")
         print(f"{task_name}/{mechanism}/{split}: {copy_summary(m['copy'])}")
     for split, m in skipped.items():

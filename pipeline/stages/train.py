@@ -24,6 +24,7 @@ from pathlib import Path
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params
+from pipeline.decoding.validation import job_scorer
 from pipeline.io.files import sha256_file, write_text_atomic
 from pipeline.io.shards import read_manifest
 from pipeline.runtime.device import compute_settings, resolve_device
@@ -108,11 +109,40 @@ def fit(
                 run_key=run.run_id,
                 on_validate=lambda row: run.metrics(row, step=row["step"]),
                 on_step=lambda row: run.metrics({"step_loss": row["loss"], "step_lr": row["lr"]}, step=row["step"]),
+                score_valid=job_scorer(job),
             )
         write_text_atomic(paths.learning_curve(mechanism), curve_csv(history))
         model_sha256 = sha256_file(ckpt_dir / "model.pt")  # the model this run wrote (evaluate checks it)
         record.completed(run.run_id, identity, model_sha256)
+        row_run = run.run_id
+    for seed in job.seeds[1:]:
+        fit_seed(job, seed, experiment, identity, row_run)
     return history[-1] if history else {}
+
+
+def fit_seed(job: TrainJob, seed: int, experiment: str, identity: dict, row_run: str) -> None:
+    """One more training of the row with ``seed`` (train.seeds > 1) into :meth:`TrainJob.checkpoints`
+    of it, under an MLflow run of its own nested in the row's run."""
+    if job.distributed:
+        raise ValueError("train.seeds > 1 with torchrun (train.nproc or nnodes > 1) is not supported: run one seed")
+    record = RunRecord.of(job.state(seed))
+    identity = {**identity, "seed": seed}
+    with RunLogger(
+        experiment,
+        f"{job.mechanism} seed {seed}",
+        record.resumable(identity),
+        tags={"task": job.paths.task, "mechanism": job.mechanism, "seed": str(seed)},
+        parent_run_id=row_run,
+    ) as run:
+        record.started(run.run_id, identity)
+        run.params({"train.seed": seed})
+        job.run(
+            run_key=run.run_id,
+            on_validate=lambda row: run.metrics(row, step=row["step"]),
+            score_valid=job_scorer(job),
+            seed=seed,
+        )
+        record.completed(run.run_id, identity, sha256_file(job.checkpoints(seed) / "model.pt"))
 
 
 def run(task_name: str, mechanism: str, params_path: str | None = None, step: Callable = lambda fn: fn) -> dict:
@@ -215,7 +245,7 @@ def worker_main(argv: list[str] | None = None) -> None:
         on_validate = lambda row: log(row, row["step"])  # noqa: E731
         on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
     try:
-        job.run(ctx, on_validate, on_step, run_key=args.run_key)
+        job.run(ctx, on_validate, on_step, run_key=args.run_key, score_valid=job_scorer(job))
     except RuntimeError as err:
         if lost_contact(err):  # say what happened before the traceback
             print(

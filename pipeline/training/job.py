@@ -12,7 +12,7 @@ model.pt records the base as ``mechanism`` and, for a variant, the row as ``vari
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from models.param_count import output_layer_parameters
@@ -46,7 +46,9 @@ class TrainJob:
         self.model_cfg = model_config(
             section(self.params, "model"), self.base, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
         )
-        self.train_cfg = TrainConfig.from_dict(section(self.params, "train"))
+        evaluate = self.params.get("evaluate") or {}
+        valid_kind = (evaluate.get("split_metrics") or {}).get("valid", evaluate.get("metric", "exact_match"))
+        self.train_cfg = TrainConfig.from_dict(section(self.params, "train")).resolved(valid_kind)
         self.splits = {
             s: EncodedSplit(vocab_dir / "ids" / s, len(self.tgt_vocab), self.train_cfg.max_src_len)
             for s in ("train", "valid")
@@ -61,8 +63,24 @@ class TrainJob:
     def distributed(self) -> bool:
         return self.train_cfg.nproc > 1 or self.train_cfg.nnodes > 1
 
-    def build_model(self):
-        model = build_seeded_model(self.base, self.model_cfg, self.train_cfg.seed)
+    @property
+    def seeds(self) -> list[int]:
+        """The row's training seeds (train.seeds of them from train.seed); the first is the registered model."""
+        return [self.train_cfg.with_seed(i).seed for i in range(self.train_cfg.seeds)]
+
+    def checkpoints(self, seed: int) -> Path:
+        """Where the training of ``seed`` writes model.pt and history.json: the stage's checkpoint
+        folder for the first seed, its ``seeds/<seed>/`` for the others."""
+        top = self.paths.checkpoints(self.mechanism)
+        return top if seed == self.train_cfg.seed else top / "seeds" / str(seed)
+
+    def state(self, seed: int) -> Path:
+        """Where the training of ``seed`` keeps its resumable last.pt (and run.json)."""
+        top = self.paths.train_state(self.mechanism)
+        return top if seed == self.train_cfg.seed else top / "seeds" / str(seed)
+
+    def build_model(self, seed: int | None = None):
+        model = build_seeded_model(self.base, self.model_cfg, self.train_cfg.seed if seed is None else seed)
         return model, {
             "n_parameters": sum(p.numel() for p in model.parameters()),
             "output_layer_parameters": output_layer_parameters(model),
@@ -76,21 +94,25 @@ class TrainJob:
         checkpoints: Path | None = None,
         state: Path | None = None,
         run_key: str = "",
+        score_valid: Callable | None = None,
+        seed: int | None = None,
     ) -> list[dict]:
-        """Train into ``checkpoints`` (default: the train stage's data/checkpoints/<task>/<mechanism>,
-        model.pt and history.json) with the resumable last.pt in ``state`` (default: the train
-        stage's data/train_state/<task>/<mechanism>, unless ``checkpoints`` is given: then there);
-        ``run_key``: the training run's identity (the train stage's MLflow run id), see pipeline.training.loop."""
+        """Train with ``seed`` (default: train.seed) into ``checkpoints`` (default: :meth:`checkpoints`
+        of the seed, model.pt and history.json) with the resumable last.pt in ``state`` (default:
+        :meth:`state` of the seed, unless ``checkpoints`` is given: then there); ``run_key``: the
+        training run's identity (the train stage's MLflow run id), see pipeline.training.loop;
+        ``score_valid``: the task's validation metric (train.select_by: metric)."""
+        seed = self.train_cfg.seed if seed is None else seed
         if state is None:
-            state = checkpoints or self.paths.train_state(self.mechanism)
-        model, _ = self.build_model()
+            state = checkpoints or self.state(seed)
+        model, _ = self.build_model(seed)
         source = self.src_vocab if reads_source_words(self.base, self.model_cfg) else None
         return train(
             model,
             self.splits["train"],
             self.splits["valid"],
-            self.train_cfg,
-            checkpoints or self.paths.checkpoints(self.mechanism),
+            replace(self.train_cfg, seed=seed),
+            checkpoints or self.checkpoints(seed),
             model_config=vars(
                 model.cfg
             ),  # as built: a backbone's loaded config is recorded, so model.pt rebuilds alone
@@ -106,4 +128,5 @@ class TrainJob:
             },
             state_dir=state,
             run_key=run_key,
+            score_valid=score_valid,
         )

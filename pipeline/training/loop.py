@@ -197,7 +197,9 @@ class Progress:
     step: int = 0  # optimizer steps done
     loss_sum: float = 0.0  # objective summed over target tokens since the last validation (all ranks)
     tokens: int = 0  # target tokens since the last validation (all ranks)
-    best: float = math.inf  # best validation loss (model.pt); history[0] is the untrained model's
+    best: float = math.inf  # the best validation's criterion (model.pt; lower is better): its loss, or
+    # minus its metric with train.select_by: metric; history[0] is the untrained model's
+    best_loss: float = math.inf  # that validation's loss: the tie-break between equal metrics
     completed: bool = False
     history: list[dict] = field(default_factory=list)
 
@@ -218,17 +220,24 @@ def train(
     model_info: dict | None = None,
     state_dir: Path | None = None,
     run_key: str = "",
+    score_valid: Callable[[torch.nn.Module], float] | None = None,
 ) -> list[dict]:
     """Train; returns the learning curve (one dict per validation, the first at step 0: the untrained
-    model). ``source_vocab``: pass it for a model that reads source words (Read-Again's sentence
-    ends). ``model_info``: what model.pt records besides weights and config (pipeline.training.checkpoints:
-    mechanism, vocabularies). ``ckpt_dir`` receives model.pt and history.json, whose bytes depend on
-    the inputs only (no run identity, no wall-clock figure: DVC tracks them); ``state_dir`` (default
-    ``ckpt_dir``) the resumable last.pt. ``run_key``: the training run's identity (the train stage's
-    MLflow run id): a last.pt of another run is never resumed. Raises ``NonFiniteLoss`` on a NaN/inf
-    loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
+        model). ``source_vocab``: pass it for a model that reads source words (Read-Again's sentence
+        ends). ``model_info``: what model.pt records besides weights and config (pipeline.training.checkpoints:
+        mechanism, vocabularies). ``ckpt_dir`` receives model.pt and history.json, whose bytes depend on
+        the inputs only (no run identity, no wall-clock figure: DVC tracks them); ``state_dir`` (default
+        ``ckpt_dir``) the resumable last.pt. ``run_key``: the training run's identity (the train stage's
+        MLflow run id): a last.pt of another run is never resumed. ``score_valid``: the task's metric on the
+    validation split (higher is better; :mod:`pipeline.decoding.validation`), required by
+    ``train.select_by: metric``, where it chooses model.pt and early stopping (the loss breaks ties; the
+    plateau decay still reads the loss, so the training itself is the same under either choice). Raises ``NonFiniteLoss`` on a NaN/inf
+        loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
     ckpt_dir = Path(ckpt_dir)
     state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
+    if cfg.select_by == "metric" and score_valid is None:
+        raise ValueError("train.select_by: metric needs the task's validation metric (score_valid)")
+    metric_name = getattr(score_valid, "name", "valid_metric")
     device = resolve_device(cfg.device, ctx.local_rank if ctx.enabled else None)
     compute_settings(cfg.threads, cfg.deterministic)
     model.to(device)
@@ -313,6 +322,8 @@ def train(
         }
         with nondeterministic_ops_named(device, "train.deterministic"):
             row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
+            if cfg.select_by == "metric":  # every rank decodes the whole (small) split: the same value on each
+                row[metric_name] = score_valid(model)
         if not math.isfinite(row["valid_loss"]):
             raise NonFiniteLoss(
                 f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
@@ -321,8 +332,9 @@ def train(
         model.train()
         prog.history.append(row)
         prog.loss_sum, prog.tokens = 0.0, 0
-        if row["valid_loss"] < prog.best:
-            prog.best = row["valid_loss"]
+        criterion = -row[metric_name] if cfg.select_by == "metric" else row["valid_loss"]
+        if (criterion, row["valid_loss"]) < (prog.best, prog.best_loss):
+            prog.best, prog.best_loss = criterion, row["valid_loss"]
             if ctx.is_main:
                 save_atomic(
                     {
@@ -331,7 +343,8 @@ def train(
                         **(model_info or {}),
                         "step": prog.step,
                         "epoch": prog.epoch,
-                        "valid_loss": prog.best,
+                        "valid_loss": row["valid_loss"],
+                        **({metric_name: row[metric_name]} if cfg.select_by == "metric" else {}),
                     },
                     ckpt_dir / "model.pt",
                 )
@@ -343,13 +356,14 @@ def train(
             )
             prune(ckpt_dir, cfg.keep_checkpoints)
         schedule.observe(row["valid_loss"])
-        stopper.observe(row["valid_loss"])
+        stopper.observe(criterion)
         if ctx.is_main:
             write_json_atomic(ckpt_dir / "history.json", without_wall_clock(prog.history))
             trained = f"train_loss {row['train_loss']:.4f} " if row["train_loss"] is not None else "(untrained) "
+            metric = f"{metric_name} {row[metric_name]:.2f} " if metric_name in row else ""
             print(
                 f"step {prog.step} (epoch {row['epoch']}): {trained}valid_loss {row['valid_loss']:.4f} "
-                f"lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)",
+                f"{metric}lr {row['lr']:.3g} ({row['tokens_per_s']:.0f} tok/s)",
                 file=sys.stderr,
             )
             if on_validate is not None:
@@ -413,13 +427,15 @@ def train(
         validate(time.perf_counter() - clock)
     prog.completed = True
     checkpoint()
-    initial = prog.history[0]["valid_loss"]
-    if not prog.best < initial:
+    untrained = prog.history[0]
+    initial = -untrained[metric_name] if cfg.select_by == "metric" else untrained["valid_loss"]
+    if not (prog.best, prog.best_loss) < (initial, untrained["valid_loss"]):
         if ctx.is_main:
             (ckpt_dir / "model.pt").unlink(missing_ok=True)
+        what = metric_name if cfg.select_by == "metric" else "validation loss"
         raise NoImprovement(
-            f"training did not improve on the untrained model's validation loss {initial:.4f} (best "
-            f"{prog.best:.4f} after {prog.step} steps); model.pt removed, so this run's model cannot be "
+            f"training did not improve on the untrained model's {what} {abs(initial):.4f} (best "
+            f"{abs(prog.best):.4f} after {prog.step} steps); model.pt removed, so this run's model cannot be "
             "evaluated or registered. Check train.lr (too high diverges, too low stalls), the data and the epochs."
         )
     return prog.history

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.training.schedule import LRSchedule
 
 AMP_MODES = ("auto", "bf16", "off")
+SELECT_BY = ("auto", "loss", "metric")
+# train.select_by: auto, by the kind of metric the task is scored by (on the validation split). Exact
+# match is chosen by its metric: there the validation loss bottoms out epochs before accuracy stops
+# rising (docs/training.md, "Which checkpoint"); the text metrics keep the loss, which was not measured
+# against their metric here.
+AUTO_SELECT_BY = {"exact_match": "metric"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,9 @@ class TrainConfig:
     rdzv_timeout: int = 600  # seconds the first machine waits for the others, and a collective for a silent peer
     max_train_examples: int | None = None  # the first N training rows only (cpu presets)
     max_valid_examples: int | None = None  # the first N validation rows only
+    seeds: int = 1  # trainings of the row, with seeds seed, seed + 1, ... (the first is the registered model)
+    select_by: str = "auto"  # the best checkpoint and early stopping by: loss | metric (the task's, on valid) | auto
+    select_beam: int = 1  # the beam that decodes the validation split for select_by: metric (1: greedy)
 
     def __post_init__(self):
         if self.optimizer not in ("adam", "sgd"):
@@ -67,12 +76,27 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"train.{name} must be positive or null, got {value}")
+        if self.select_by not in SELECT_BY:
+            raise ValueError(f"train.select_by must be one of {SELECT_BY}, got {self.select_by!r}")
+        for name in ("seeds", "select_beam"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.keep_checkpoints < 0:
             raise ValueError(f"train.keep_checkpoints must be >= 0, got {self.keep_checkpoints}")
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         return dataclass_from_dict(cls, d)
+
+    def resolved(self, metric_kind: str) -> TrainConfig:
+        """``select_by: auto`` made concrete for a task scored by ``metric_kind`` on its validation split."""
+        if self.select_by != "auto":
+            return self
+        return replace(self, select_by=AUTO_SELECT_BY.get(metric_kind, "loss"))
+
+    def with_seed(self, index: int) -> TrainConfig:
+        """The settings of the row's ``index``-th training (0: the first, seed ``seed``)."""
+        return replace(self, seed=self.seed + index)
 
     def schedule(self) -> LRSchedule:
         return LRSchedule(

@@ -118,11 +118,19 @@ def test_all_flows_end_to_end(harness, tiny_project):
     names = {a.path for a in client.list_artifacts(parent["run_id"])}
     assert {"copy_rules.md", "copy_rules.png", "copy_rules.csv"} <= names
     assert all(by_name[m]["tags.mlflow.parentRunId"] == parent["run_id"] for m in ("rnnsearch", "copynet"))
-    # ... and the experiment's description, the first line of its page, ranks the mechanisms.
-    rn = json.loads((tiny_project / "data/eval/runs/copy_rules/rnnsearch/metrics.json").read_text())
+    # ... and the experiment's description, the first line of its page, ranks the mechanisms on the
+    # reported split with the tables' intervals (bold: the best and those not significantly worse).
+    cells = json.loads((tiny_project / "data/eval/intervals/copy_rules.json").read_text())["test"]["cells"]["top1"]
     first_line = experiment.tags["mlflow.note.content"].splitlines()[0]
-    ranked = sorted([("RNNSearch", rn["test"]["top1"]), ("CopyNet", cn["test"]["top1"])], key=lambda x: -x[1])
-    assert first_line == f"**test top1: {ranked[0][0]} {ranked[0][1]:.1f} · {ranked[1][0]} {ranked[1][1]:.1f}**"
+    ranked = sorted([("RNNSearch", "rnnsearch"), ("CopyNet", "copynet")], key=lambda x: -cells[x[1]]["mean"])
+
+    def shown(row: str) -> str:
+        c = cells[row]
+        mean = f"{c['mean']:.1f}" if c["significant"] else f"**{c['mean']:.1f}**"
+        return f"{mean} [{c['low']:.1f}, {c['high']:.1f}]"
+
+    assert first_line == f"test top1: {ranked[0][0]} {shown(ranked[0][1])} · {ranked[1][0]} {shown(ranked[1][1])}"
+    assert cells["copynet"]["mean"] == pytest.approx(cn["test"]["top1"])
     assert "| CopyNet (paper) | 97.3 |" in experiment.tags["mlflow.note.content"]
 
     # compare.lead adds a model-free row scored on the same test rows: the first N source tokens

@@ -34,3 +34,13 @@ def reader_module(name: str) -> ModuleType:
     if not hasattr(module, "Config") or not hasattr(module, "write_splits"):
         raise ValueError(f"pipeline.data.corpora.{name} is not a reader (needs Config and write_splits)")
     return module
+
+
+def resample_column(settings: dict) -> str | None:
+    """The shard column whose values are a test set's natural groups, for the comparison's bootstrap:
+    ``group_col`` of the corpus's settings (your own data), else the reader's declared ``RESAMPLE_BY``
+    (CopyNet's rules), else None (examples are resampled)."""
+    if settings.get("group_col"):
+        return str(settings["group_col"])
+    reader = settings.get("reader")
+    return getattr(reader_module(reader), "RESAMPLE_BY", None) if reader in reader_names() else None

@@ -41,6 +41,9 @@ SPLITS: tuple[str, ...] = ("train", "valid", "test", "test_unseen")
 VARIABLES: tuple[str, ...] = ("x", "y")
 
 SCHEMA: pa.Schema = make_schema([pa.field("rule_id", pa.int32()), pa.field("rule_type", pa.string())])
+# The test set's natural groups for a comparison's bootstrap: the instances of one rule are not
+# independent examples (a model that learned the rule gets them all), so rules are resampled.
+RESAMPLE_BY = "rule_id"
 
 # Slots on each side of a rule, by rule type.
 _SOURCE_SLOTS: dict[str, tuple[str, ...]] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pipeline.config.tasks import deep_merge, effective_params, primary_metric
+from pipeline.config.tasks import deep_merge, effective_params, selection_metric
 from pipeline.data.tasks import main, task_status
 from pipeline.training.settings import TrainConfig
 from tests.helpers import REPO
@@ -63,10 +63,25 @@ def test_unknown_preset_and_section_are_errors():
         effective_params(params, "gigaword")
 
 
-def test_primary_metric():
+def test_selection_metric():
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    assert primary_metric(params, "copy_rules") == ("test", "top1", True)
-    assert primary_metric(params, "ewsew") == ("test", "bleu", True)
+    assert selection_metric(params, "copy_rules") == ("valid", "top1", True)
+    assert selection_metric(params, "ewsew") == ("valid", "bleu", True)
+    for task in params["task_settings"]:  # every task chooses on its validation split
+        assert selection_metric(params, task)[0] == "valid"
+
+
+@pytest.mark.parametrize("spec", ["test.top1", "test_unseen.top1", "duc2004.rouge2", "valid2.top1"])
+def test_selection_metric_refuses_other_splits(spec):
+    params = {"task_settings": {"t": {"champion": spec}}}
+    with pytest.raises(ValueError, match=r"task_settings.t.champion is .*validation split only"):
+        selection_metric(params, "t")
+
+
+def test_selection_metric_forms():
+    for spec, key in (("valid.top1", "top1"), ("rouge2", "rouge2"), ("valid.x->xx.top1", "x->xx.top1")):
+        assert selection_metric({"task_settings": {"t": {"champion": spec}}}, "t") == ("valid", key, True)
+    assert selection_metric({"task_settings": {"t": {}}}, "t") == ("valid", "top1", True)
 
 
 def _project(tmp_path, data: bool):

@@ -172,7 +172,7 @@ def variant_run(tmp_path_factory):
     src.save(root / "src.vocab")
     tgt.save(root / "tgt.vocab")
     params = copy.deepcopy(_params())
-    params["train"] = {"epochs": 1, "batch_size": 8, "lr": 0.01, "seed": 2, "threads": 1}
+    params["train"] = {"epochs": 1, "batch_size": 8, "lr": 0.01, "seed": 2, "threads": 1, "select_by": "loss"}
     job = TrainJob(TaskPaths("t", root), "copynet_tf", effective_params(params, "t", "copynet_tf"), vocab_dir=root)
     job.run(checkpoints=root / "ckpt")
     return root, job, src, tgt

@@ -77,7 +77,7 @@ def setup_task(root: Path, task: str, **retrain) -> str:
     params["retrain"] = {
         "task": task,
         "mechanism": MECH,
-        "metric": "test.top1",
+        "metric": "valid.top1",
         "margin": 0.0,
         "pull": True,
         "repro_targets": ["vocab@{task}"],
@@ -142,7 +142,7 @@ def tree_hashes(*dirs: Path) -> dict[str, str]:
 
 
 def independent_top1(checkpoint: Path, vocab_dir: Path, test_dir: Path, params: dict) -> float:
-    """Test top-1 computed here with pipeline.decoding.decode alone (not through the flow)."""
+    """Top-1 on a split computed here with pipeline.decoding.decode alone (not through the flow)."""
     import torch
 
     from pipeline.decoding.decode import decode_table
@@ -210,8 +210,10 @@ def test_decide_needs_a_gain_strictly_above_the_margin():
 def test_metric_defaults_to_the_task_champion_metric_and_settings_are_checked():
     from pipeline.retrain.settings import MetricSpec, RetrainConfig, metric_spec
 
-    params = {"task_settings": {"gigaword": {"champion": "test.rouge2"}}}
-    assert metric_spec(params, RetrainConfig(task="gigaword")) == MetricSpec("test", ("rouge2",), True)
+    params = {"task_settings": {"gigaword": {"champion": "valid.rouge2"}}}
+    assert metric_spec(params, RetrainConfig(task="gigaword")) == MetricSpec("valid", ("rouge2",), True)
+    with pytest.raises(ValueError, match="retrain.metric is 'test.top1': models are chosen on the validation split"):
+        metric_spec(params, RetrainConfig(task="gigaword", metric="test.top1"))  # promotion is a choice too
     assert metric_spec(
         params, RetrainConfig(task="gigaword", metric="valid.groups.x->x.top1", higher_is_better=False)
     ) == MetricSpec("valid", ("groups", "x->x", "top1"), False)
@@ -284,21 +286,21 @@ def test_first_run_promotes_and_freezes_the_test_set(project, champion):
     # refresh ran dvc pull (with the repro targets' dependencies) and dvc repro of the data stages
     assert champion["dvc"].calls == [["pull", "--with-deps", f"vocab@{task}"], ["repro", f"vocab@{task}"]]
     assert record["decision"] == "promoted" and record["champion"] is None
-    assert record["reason"].startswith("no champion yet; challenger test.top1 = ")
+    assert record["reason"].startswith("no champion yet; challenger valid.top1 = ")
     [v1] = versions(task)
     assert alias_version(task) == str(v1.version) == record["challenger"]["version"]
 
-    # the frozen test set is a byte copy of the test split, pinned on the champion's version
-    test_manifest = read_manifest(project / "data" / "shards" / task / "test")
+    # the frozen copy is a byte copy of the split the decision reads (validation), pinned on the champion's version
+    test_manifest = read_manifest(project / "data" / "shards" / task / "valid")
     frozen = Path(record["frozen_test"]["dir"])
     assert frozen == project / "data" / "retrain" / task / "frozen_test" / test_manifest["content_sha256"][:16]
     by_name = lambda d: {Path(p).name: h for p, h in tree_hashes(d).items()}  # noqa: E731
-    assert by_name(frozen) == by_name(project / "data" / "shards" / task / "test")
+    assert by_name(frozen) == by_name(project / "data" / "shards" / task / "valid")
     assert read_manifest(frozen) == test_manifest and record["frozen_test"]["rows"] == test_manifest["rows"]
     tags = MlflowClient().get_model_version(v1.name, v1.version).tags
     assert tags["retrain.frozen_test_sha256"] == test_manifest["content_sha256"]
     assert tags["retrain.reason"] == tags["champion_reason"] == record["reason"] and tags["mechanism"] == MECH
-    assert float(tags["metric.test.top1"]) == record["challenger"]["value"]  # what registry.best_version ranks
+    assert float(tags["metric.valid.top1"]) == record["challenger"]["value"]  # what registry.best_version ranks
     train_sha = read_manifest(project / f"data/shards/{task}/train")["content_sha256"]
     assert tags["retrain.data.train.content_sha256"] == train_sha
 
@@ -307,18 +309,22 @@ def test_first_run_promotes_and_freezes_the_test_set(project, champion):
 
     ckpt, vocab = steps.champion_files(task, steps.current_champion(task), project / "downloaded")
     params = yaml.safe_load(Path(champion["params_path"]).read_text())
-    value = independent_top1(ckpt, vocab, project / "data" / "shards" / task / "test", params)
+    value = independent_top1(ckpt, vocab, project / "data" / "shards" / task / "valid", params)
     assert record["challenger"]["value"] == value
     assert float(tags["retrain.value"]) == value
     assert 0.0 < value <= 100.0  # the tiny model learns the x->0 rules at least
     # the challenger's MLflow run carries the decision
     run = MlflowClient().get_run(record["challenger"]["run_id"])
-    assert run.data.tags["retrain.decision"] == "promote" and run.data.metrics["frozen_test.top1"] == value
-    # ... and the data it saw: train/valid for training, the frozen test copy for the evaluation
-    inputs = {i.dataset.name: i for i in run.inputs.dataset_inputs}
-    assert sorted(inputs) == [f"{task}/test", f"{task}/train", f"{task}/valid"]
-    assert inputs[f"{task}/train"].dataset.digest == train_sha[:16]
-    frozen_input = inputs[f"{task}/test"]
+    assert run.data.tags["retrain.decision"] == "promote" and run.data.metrics["frozen_valid.top1"] == value
+    # ... and the data it saw: train/valid for training, the frozen validation copy for the decision
+    contexts = {t.value for i in run.inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
+    assert contexts == {"training", "validation", "evaluation"}
+    inputs = {
+        (i.dataset.name, {t.key: t.value for t in i.tags}["mlflow.data.context"]): i for i in run.inputs.dataset_inputs
+    }
+    assert sorted(name for name, _ in inputs) == [f"{task}/frozen_valid", f"{task}/train", f"{task}/valid"]
+    assert inputs[(f"{task}/train", "training")].dataset.digest == train_sha[:16]
+    frozen_input = inputs[(f"{task}/frozen_valid", "evaluation")]
     assert frozen_input.dataset.digest == test_manifest["content_sha256"][:16]
     assert json.loads(frozen_input.dataset.source)["uri"] == str(frozen.resolve())
     assert {t.key: t.value for t in frozen_input.tags}["mlflow.data.context"] == "evaluation"
@@ -347,7 +353,7 @@ def test_equal_challenger_is_kept_and_a_transient_failure_is_retried(project, ch
     first = champion["record"]["challenger"]["value"]
     assert record["champion"]["value"] == record["challenger"]["value"] == first  # re-evaluated, same number
     assert record["reason"] == (
-        f"kept champion: test.top1: challenger {first:.4f} vs champion v{before[0]} "
+        f"kept champion: valid.top1: challenger {first:.4f} vs champion v{before[0]} "
         f"{first:.4f}, gain +0.0000 (higher is better), margin 0"
     )
     assert record["frozen_test"]["content_sha256"] == champion["record"]["frozen_test"]["content_sha256"]
@@ -461,7 +467,7 @@ def test_better_challenger_is_promoted_on_the_frozen_test_set(project, champion,
     new = alias_version(task)
     assert new == record["challenger"]["version"] and int(new) > int(prev)
     reason = (
-        f"promoted: test.top1: challenger 61.2500 vs champion v{prev} 50.0000, gain +11.2500 "
+        f"promoted: valid.top1: challenger 61.2500 vs champion v{prev} 50.0000, gain +11.2500 "
         f"(higher is better), margin 10"
     )
     assert record["reason"] == reason

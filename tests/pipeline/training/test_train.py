@@ -21,7 +21,7 @@ from models.config import ModelConfig
 from models.registry import build_model
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.runtime.device import autocast
-from pipeline.training.loop import NonFiniteLoss, build_seeded_model, train
+from pipeline.training.loop import NonFiniteLoss, build_seeded_model, train, without_wall_clock
 from pipeline.training.schedule import EarlyStopping, LRSchedule
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate, token_batches
@@ -42,7 +42,7 @@ def _cfg(src, tgt, dropout: float = 0.2) -> ModelConfig:
     )  # dropout uses the RNG
 
 
-def _run(data, ckpt: Path, on_step=None, **train_options):
+def _run(data, ckpt: Path, on_step=None, score_valid=None, **train_options):
     _, encoded, src, tgt = data
     cfg = _cfg(src, tgt)
     model = build_seeded_model("copynet", cfg, 0)
@@ -57,6 +57,7 @@ def _run(data, ckpt: Path, on_step=None, **train_options):
         data_hash="d",
         progress=False,
         on_step=on_step,
+        score_valid=score_valid,
     )
     return model, history
 
@@ -386,3 +387,68 @@ def test_encoded_batches_equal_collated_ones(data, tmp_path):
         for key in ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch"):
             assert torch.equal(getattr(got, key), getattr(want, key)), (max_src_len, key)
         assert got.n_ext == want.n_ext and got.ids == ["2", "0", "1"]
+
+
+class ScriptedScore:
+    """A validation metric that returns the next value of a script at each validation (the untrained
+    model's first), recording the weights it saw; ``name`` as pipeline.decoding.validation's scorer."""
+
+    name = "valid_top1_greedy"
+
+    def __init__(self, values: list[float]):
+        self.values, self.seen = list(values), []
+
+    def __call__(self, model) -> float:
+        self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
+        return self.values[len(self.seen) - 1]
+
+
+def test_select_by_metric_keeps_the_best_metric_not_the_best_loss(data, tmp_path):
+    # Four validations (untrained + 3 epochs); the metric peaks at epoch 2 whatever the losses do.
+    score = ScriptedScore([0.0, 10.0, 50.0, 30.0])
+    _, history = _run(data, tmp_path, select_by="metric", score_valid=score)
+    assert [row["valid_top1_greedy"] for row in history] == [0.0, 10.0, 50.0, 30.0]
+    best_loss_epoch = min(history, key=lambda r: r["valid_loss"])["epoch"]
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert saved["epoch"] == 2 and saved["valid_top1_greedy"] == 50.0
+    assert _same_weights(saved["model"], score.seen[2])  # the weights the metric was measured on
+    assert best_loss_epoch != 2 or history[2]["valid_loss"] == min(r["valid_loss"] for r in history)
+    recorded = json.loads((tmp_path / "history.json").read_text())
+    assert [r["valid_top1_greedy"] for r in recorded] == [0.0, 10.0, 50.0, 30.0]  # in the learning curve
+
+
+def test_select_by_metric_breaks_ties_by_the_loss(data, tmp_path):
+    score = ScriptedScore([0.0, 40.0, 40.0, 40.0])
+    _, history = _run(data, tmp_path, select_by="metric", score_valid=score)
+    tied = history[1:]
+    expected = min(tied, key=lambda r: r["valid_loss"])["epoch"]  # the lowest loss among equal metrics
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["epoch"] == expected
+
+
+def test_select_by_metric_stops_early_on_the_metric(data, tmp_path):
+    score = ScriptedScore([0.0, 20.0, 10.0, 10.0, 10.0, 10.0])
+    _, history = _run(data, tmp_path, select_by="metric", score_valid=score, epochs=5, patience=2)
+    assert [row["epoch"] for row in history] == [0, 1, 2, 3]  # two validations without a better metric
+    assert torch.load(tmp_path / "model.pt", weights_only=True)["epoch"] == 1
+
+
+def test_select_by_loss_is_unchanged_by_a_metric(data, tmp_path):
+    _, plain = _run(data, tmp_path / "plain")
+    _, by_loss = _run(data, tmp_path / "loss", select_by="loss", score_valid=ScriptedScore([0.0, 90.0, 10.0, 5.0]))
+    assert without_wall_clock(by_loss) == without_wall_clock(plain)  # no metric column, the same curve
+    assert (tmp_path / "plain" / "model.pt").read_bytes() == (tmp_path / "loss" / "model.pt").read_bytes()
+
+
+def test_select_by_metric_without_a_scorer_is_refused(data, tmp_path):
+    with pytest.raises(ValueError, match="train.select_by: metric needs"):
+        _run(data, tmp_path, select_by="metric")
+
+
+def test_select_by_auto_resolves_by_the_metric_kind():
+    assert TrainConfig().resolved("exact_match").select_by == "metric"
+    assert TrainConfig().resolved("rouge_f").select_by == "loss"
+    assert TrainConfig(select_by="loss").resolved("exact_match").select_by == "loss"
+    with pytest.raises(ValueError, match="train.select_by must be one of"):
+        TrainConfig(select_by="accuracy")
+    with pytest.raises(ValueError, match="train.seeds must be >= 1"):
+        TrainConfig(seeds=0)

@@ -31,6 +31,7 @@ import yaml
 from benchmarks.toy import TASK, write_toy_task
 from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params
+from pipeline.decoding.validation import job_scorer
 from pipeline.training.job import TrainJob
 from pipeline.training.loop import epoch_batches, row_range
 from tests.helpers import free_port
@@ -315,7 +316,7 @@ def test_two_nodes_train_the_weights_of_one_process_on_the_same_global_batches(u
             split.lengths(), row_range(split, ROWS), job.train_cfg, True, job.train_cfg.seed + epoch
         )
         assert len(batches) == ROWS // BATCH
-    one = job.run(checkpoints=tmp_path)
+    one = job.run(checkpoints=tmp_path, score_valid=job_scorer(job))  # as the train stage chooses
     single = _weights(tmp_path / "model.pt")
     two = uninterrupted["weights"]
     worst = max((single[k] - two[k]).abs().max().item() for k in single)

@@ -1,0 +1,82 @@
+"""The comparison protocol: nothing is chosen on the test split. A tiny project is trained, evaluated
+and compared; then the test split's references are poisoned (each row gets another row's target) and
+the stages run again: every choice (each seed's best checkpoint, the learning curves, the validation
+figures, the champion) stays exactly what it was, while the test figures move."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from pipeline.config.paths import TaskPaths
+from pipeline.io.shards import ShardWriter, read_split
+
+pytestmark = pytest.mark.slow
+
+TASK, MECHANISMS = "copy_rules", ["rnnsearch", "copynet"]
+
+
+def _poison(split_dir) -> None:
+    """Every row's target (and references) replaced by the next row's: the same vocabulary, wrong answers."""
+    table = read_split(split_dir)
+    shifted = table.column("tgt").to_pylist()
+    shifted = shifted[1:] + shifted[:1]
+    table = table.set_column(table.column_names.index("tgt"), "tgt", pa.array(shifted, table.schema.field("tgt").type))
+    tmp = split_dir.parent / f".{split_dir.name}.poisoned"
+    with ShardWriter(tmp, table.schema) as writer:
+        writer.write_table(table)
+    for old in split_dir.iterdir():
+        old.unlink()
+    for new in tmp.iterdir():
+        new.rename(split_dir / new.name)
+    tmp.rmdir()
+
+
+def _choices(root) -> dict:
+    paths = TaskPaths(TASK, root)
+    out = {}
+    for mech in MECHANISMS:
+        ckpt = paths.checkpoints(mech)
+        models = sorted(p.relative_to(ckpt).as_posix() for p in ckpt.rglob("model.pt"))
+        out[mech] = {
+            "models": {m: (ckpt / m).read_bytes() for m in models},  # every seed's chosen checkpoint
+            "curves": {m: (ckpt / m).with_name("history.json").read_text() for m in models},
+            "valid": json.loads((paths.evaluation(mech) / "metrics.json").read_text())["valid"],
+        }
+    page = (paths.comparison / f"{TASK}.md").read_text()
+    out["champion"] = page[page.index("MLflow registry:") :]
+    return out
+
+
+def test_poisoned_test_references_change_no_choice(tiny_project):
+    from pipeline.data.prepare import prepare_job, write_job
+    from pipeline.stages import compare, evaluate, train
+    from pipeline.stages.vocab import run as vocab_run
+
+    params = yaml.safe_load((tiny_project / "params.yaml").read_text())
+    params["mechanisms"] = MECHANISMS
+    params["train"].update(seeds=2, epochs=3)  # two seeds, chosen by the validation metric (exact match: auto)
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(params))
+    path = str(tiny_project / "params.yaml")
+    write_job(prepare_job(TASK, path), lambda fn, chunks: map(fn, chunks))
+    vocab_run(TASK, path)
+
+    def pipeline() -> dict:
+        for mech in MECHANISMS:
+            train.run(TASK, mech, path)
+            evaluate.run(TASK, mech, path)
+        compare.run(path)
+        return json.loads((TaskPaths(TASK, tiny_project).evaluation("copynet") / "metrics.json").read_text())
+
+    clean_metrics = pipeline()
+    clean = _choices(tiny_project)
+    assert len(clean["copynet"]["models"]) == 2 and "valid_top1_greedy" in clean["copynet"]["curves"]["model.pt"]
+    for split in ("test", "test_unseen"):
+        _poison(TaskPaths(TASK, tiny_project).split(split))
+    poisoned_metrics = pipeline()
+    assert _choices(tiny_project) == clean
+    assert poisoned_metrics["test"]["top10"] != clean_metrics["test"]["top10"] or clean_metrics["test"]["top10"] == 0
+    assert poisoned_metrics["test"]["top1"] == 0.0  # no row's output is another row's target
