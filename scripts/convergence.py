@@ -11,7 +11,7 @@ epoch the selection rule picks among the first N. For both rules (``loss``: the 
 loss; ``metric``: the best validation metric, the loss breaking ties) the script finds the fewest N
 whose pick is within ``--margin`` points of the long run's pick, on the validation metric. Nothing
 here reads the test split to choose: with ``--score-test`` it scores, after the choice, the models
-both rules pick at the N of the task's own rule on the test split (beam search, as the evaluate
+both rules pick at the N of the task's own rule (or ``--test-at``) on the test split (beam search, as the evaluate
 stage), which is how the rules themselves were compared (docs/training.md, "Which checkpoint").
 Prints one table row per mechanism and writes everything to ``--json``.
 
@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--margin", type=float, default=2.0, help="validation points below the long run's that count as converged"
     )
     p.add_argument("--score-test", action="store_true", help="after choosing: the test figures of both rules' picks")
+    p.add_argument(
+        "--test-at", type=int, default=None, help="score the picks within N epochs (default: the task rule's N)"
+    )
     p.add_argument("--params", default=None)
     p.add_argument("--json", type=Path, default=None)
     return p.parse_args(argv)
@@ -144,7 +147,7 @@ def study(raw: dict, paths: TaskPaths, mechanism: str, test, args) -> dict:
             "first_within": n,
             "pick_at_first_within": pick(history, n, rule, scorer.name),
         }
-    n = out[task_rule]["first_within"]
+    n = args.test_at or out[task_rule]["first_within"]
     if args.score_test:  # after every choice: what each rule's pick at the task's N scores on test
         scores: dict[int, float] = {}
         split, test_key = "test", key

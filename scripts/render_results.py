@@ -16,7 +16,8 @@ A block in a markdown file is a pair of marker comments::
                                        ``task``: its compare settings and the papers' rows)
 
 The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<mechanism>/metrics.json``
-(git-tracked; one per mechanism that was evaluated) by ``pipeline.reporting.compare.comparison_markdown``, the
+(git-tracked; one per mechanism that was evaluated) and the intervals ``data/eval/intervals/TASK.json``
+(git-tracked, the compare stage's) by ``pipeline.reporting.compare.comparison_markdown``, the
 function the compare stage writes ``data/eval/comparison/TASK.md`` with: the same tables, our rows
 beside the published rows of ``pipeline/reporting/paper_results.yaml``, under the task's effective ``compare``
 and ``evaluate`` settings of ``params.yaml`` (``pipeline.config.tasks.effective_params``). Only the
@@ -95,9 +96,16 @@ def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
     return {m: json.loads(found[m].read_text(encoding="utf-8")) for m in names}
 
 
+def task_intervals(root: Path, task: str) -> dict:
+    """The compare stage's intervals of ``task`` (data/eval/intervals/TASK.json, git-tracked), or none."""
+    path = TaskPaths(task, root).intervals(task)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict] | None = None) -> str:
     """The compare stage's page for ``task`` (without the MLflow champion line); ``metrics``: other
-    runs' metrics than data/eval/runs (an experiment's)."""
+    runs' metrics than data/eval/runs (an experiment's, shown without the pipeline's intervals)."""
+    intervals = {} if metrics else task_intervals(root, task)
     metrics = metrics or task_metrics(root, params, task)
     eff = effective_params(params, task)
     ev = EvalConfig.from_params(eff)
@@ -109,6 +117,7 @@ def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict
         CompareConfig.from_params(eff),
         {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)},  # as the compare stage
         kinds,
+        intervals,
     )
 
 

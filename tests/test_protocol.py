@@ -74,9 +74,25 @@ def test_poisoned_test_references_change_no_choice(tiny_project):
     clean_metrics = pipeline()
     clean = _choices(tiny_project)
     assert len(clean["copynet"]["models"]) == 2 and "valid_top1_greedy" in clean["copynet"]["curves"]["model.pt"]
+    # every seed's figures: in metrics.json, in its own MLflow run under the row's, in the intervals
+    import mlflow
+
+    seeds = clean_metrics["test"]["seeds"]
+    assert sorted(seeds) == ["2", "3"] and seeds["2"]["top1"] == clean_metrics["test"]["top1"]
+    runs = {r["tags.mlflow.runName"]: r for _, r in mlflow.search_runs(experiment_names=[TASK]).iterrows()}
+    assert runs["copynet seed 3"]["tags.mlflow.parentRunId"] == runs["copynet"]["run_id"]
+    assert runs["copynet seed 3"]["metrics.test.top1"] == pytest.approx(seeds["3"]["top1"])
+    cell = json.loads(TaskPaths(TASK, tiny_project).intervals(TASK).read_text())["test"]["cells"]["top1"]["copynet"]
+    assert cell["seeds"] == 2 and cell["mean"] == pytest.approx((seeds["2"]["top1"] + seeds["3"]["top1"]) / 2)
     for split in ("test", "test_unseen"):
         _poison(TaskPaths(TASK, tiny_project).split(split))
     poisoned_metrics = pipeline()
     assert _choices(tiny_project) == clean
     assert poisoned_metrics["test"]["top10"] != clean_metrics["test"]["top10"] or clean_metrics["test"]["top10"] == 0
     assert poisoned_metrics["test"]["top1"] == 0.0  # no row's output is another row's target
+
+    # one seed again: the second seed's checkpoint (a persistent output) goes, and is no longer evaluated
+    params["train"]["seeds"] = 1
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(params))
+    train.run(TASK, "copynet", path)
+    assert not (TaskPaths(TASK, tiny_project).checkpoints("copynet") / "seeds").exists()

@@ -62,7 +62,9 @@ def interval_dots(
     covers a point or a whisker."""
     labels = list(rows)
     height = 0.34 * len(labels) + 1.4
-    fig, axes = plt.subplots(1, len(columns), figsize=(2.3 * len(columns) + 3.2, height), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(columns), figsize=(2.3 * len(columns) + 3.2, height), sharex=True, sharey=True, squeeze=False
+    )
     ys = list(range(len(labels)))[::-1]  # the first row at the top
     for ax, column in zip(axes[0], columns):
         for y, label in zip(ys, labels):

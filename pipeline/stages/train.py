@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -117,7 +118,20 @@ def fit(
         row_run = run.run_id
     for seed in job.seeds[1:]:
         fit_seed(job, seed, experiment, identity, row_run)
+    remove_other_seeds(job)
     return history[-1] if history else {}
+
+
+def remove_other_seeds(job: TrainJob) -> None:
+    """The checkpoint folder is persistent (a resumable output): a seed of an earlier run with more
+    train.seeds than this one's must not be evaluated as one of this run's."""
+    folder = job.paths.checkpoints(job.mechanism) / "seeds"
+    keep = {str(seed) for seed in job.seeds[1:]}
+    for stale in folder.iterdir() if folder.is_dir() else []:
+        if stale.name not in keep:
+            shutil.rmtree(stale)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def fit_seed(job: TrainJob, seed: int, experiment: str, identity: dict, row_run: str) -> None:
