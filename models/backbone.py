@@ -315,6 +315,11 @@ def build_backbone_model(cfg: ModelConfig, name: str, options_class: type, make_
     """The builder of every head: ``make_output(d_model, cfg, opts)`` on the backbone ``cfg.backbone``
     (loaded, and recorded in the options) or on the config recorded in ``cfg.options``."""
     opts = parse_options(options_class, cfg.options, name)
+    if cfg.features_vocab:
+        raise ValueError(
+            f"{name} runs on a pretrained backbone, which takes no features (model.features_vocab "
+            f"{cfg.features_vocab}, from the task's features column): drop its rows from this task, or the column"
+        )
     if opts.backbone_config is not None:
         ids = opts.token_ids or IDENTITY_TOKEN_IDS
         needed = max(project_token_ids(max(cfg.src_vocab, cfg.tgt_vocab), ids)) + 1

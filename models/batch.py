@@ -1,7 +1,8 @@
 """The batch every model reads: padded id tensors in the source and extended vocabularies, with the
 words they came from. Built by ``pipeline.vocab.batching`` (from shard rows) and
 ``pipeline.vocab.encoded`` (from id-encoded splits); a model reads ``src``, ``src_len``, ``src_ext``,
-``n_ext``, ``tgt_in``/``tgt_out`` and, where a mechanism trains on them, the pointer annotations."""
+``n_ext``, ``tgt_in``/``tgt_out``, ``features`` when the corpus has a features column, and, where a
+mechanism trains on them, the pointer annotations."""
 
 from __future__ import annotations
 
@@ -28,12 +29,15 @@ class Batch:
     # Pointer annotations aligned with tgt_out (Pointer Softmax 5.2-5.3), when the shard has them:
     tgt_pointer: torch.Tensor | None = None  # (B, T) source position of each target token, -1: none
     tgt_switch: torch.Tensor | None = None  # (B, T) True where the target token is pointed at
+    # Tags kept apart from the source (a features column), ids in the features vocabulary, <pad>-padded;
+    # None: the corpus has none. Never part of the source, so never a copy candidate.
+    features: torch.Tensor | None = None  # (B, F)
 
     @property
     def size(self) -> int:
         return self.src.size(0)
 
-    TENSORS = ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch")
+    TENSORS = ("src", "src_len", "src_ext", "tgt_in", "tgt_out", "tgt_pointer", "tgt_switch", "features")
 
     def _map(self, fn) -> Batch:
         return replace(self, **{k: None if getattr(self, k) is None else fn(getattr(self, k)) for k in self.TENSORS})
@@ -71,6 +75,7 @@ class Batch:
             tgt_out=grow(self.tgt_out, tgt_steps, PAD),
             tgt_pointer=None if self.tgt_pointer is None else grow(self.tgt_pointer, tgt_steps, -1),
             tgt_switch=None if self.tgt_switch is None else grow(self.tgt_switch, tgt_steps, False),
+            features=None if self.features is None else grow(self.features, self.features.size(1), PAD),
             oovs=self.oovs + [[] for _ in range(extra)],
             ids=self.ids + ["<bucket padding>"] * extra,
             src_tokens=self.src_tokens + [["<unk>"] for _ in range(extra)],

@@ -55,6 +55,10 @@ class ModelConfig:
     # A pretrained Hugging Face encoder-decoder (a local directory or a hub name) for the mechanisms that
     # run on one (models/backbone_heads.py); the others refuse it (models.registry.model_config).
     backbone: str | None = None
+    # Size of the features vocabulary (tags kept apart from the source: prepare's ``features_col``);
+    # 0: no features, nothing of the model changes. Else their mean embedding conditions the decoder's
+    # initial state (models.seq2seq.Seq2Seq.encode_features); never copied: they are not in the source.
+    features_vocab: int = 0
     options: dict = field(default_factory=dict)  # the mechanism's own settings (model.<mechanism>)
 
     def __post_init__(self) -> None:
@@ -70,6 +74,9 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"model.{name} must be a positive integer or null, not {value!r}")
+        features = self.features_vocab
+        if isinstance(features, bool) or not isinstance(features, int) or features < 0:
+            raise ValueError(f"model.features_vocab must be an integer >= 0 (0: no features), not {features!r}")
         if self.backbone is not None and (not isinstance(self.backbone, str) or not self.backbone):
             raise ValueError(f"model.backbone must be a directory or a hub name, or null, not {self.backbone!r}")
         if not 0.0 <= self.dropout < 1.0:

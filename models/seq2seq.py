@@ -42,6 +42,14 @@ Training maximises, per target token, the output layer's objective (default: log
 eq. 10); a mechanism whose paper trains another per-step objective overrides it (Pointer
 Softmax: log p(y_t, z_t), with the switch z_t observed; coverage: minus the coverage penalty).
 Validation (eval mode) always scores log p(y_t), the same quantity for every mechanism.
+
+Features (``cfg.features_vocab`` > 0: tags kept apart from the source, e.g. ``V;PST;3;SG`` for an
+inflection, the batch's ``features`` (B, F)): their own embedding table, mean over the tags, projected
+(``encode_features``), and added where the decoder starts: to the encoder summary that every recurrent
+decoder makes s_0 = tanh(W summary) from, or, for the transformer decoder (no initial state), to the
+embedding of its first input <s>. The source, the copy scores and the extended vocabulary never see
+them, so no mechanism can copy a tag. With ``features_vocab`` 0 no module, parameter or random draw
+is added and every computation is the one without features.
 """
 
 from __future__ import annotations
@@ -327,7 +335,7 @@ def shared_softmax(gen: torch.Tensor, copy: torch.Tensor) -> Scores:
 class Seq2Seq(nn.Module):
     # State entries that depend on the source only: beam search never needs to reorder them,
     # because a beam's hypotheses always share their source.
-    STATIC_KEYS = frozenset({"memory", "src_mask", "src_ext", "src_same", "n_ext"})
+    STATIC_KEYS = frozenset({"memory", "src_mask", "src_ext", "src_same", "n_ext", "features"})
 
     def __init__(
         self,
@@ -356,10 +364,37 @@ class Seq2Seq(nn.Module):
         self.output = output_layer
         self.static_state_keys = self.STATIC_KEYS | self.decoder.static_keys | output_layer.static_keys
         self.drop = nn.Dropout(cfg.dropout)
+        # Features last: every other parameter draws the initial values it draws without them.
+        self.features_at_bos = cfg.decoder == "transformer"  # no initial state: the features join e(<s>)
+        if cfg.features_vocab:
+            self.features_emb = nn.Embedding(cfg.features_vocab, cfg.emb, padding_idx=PAD)
+            width = self.tgt_emb.embedding_dim if self.features_at_bos else self.encoder.out_dim
+            self.features_proj = nn.Linear(cfg.emb, width)
+
+    def encode_features(self, batch) -> torch.Tensor | None:
+        """The batch's features (B, F) -> their mean embedding projected: (B, M), added to the encoder
+        summary (recurrent decoders), or (B, E), added to e(<s>) (the transformer decoder); None for a
+        model without features. A batch and a model that disagree on having features is an error."""
+        ids = getattr(batch, "features", None)  # (B, F) or None
+        if not self.cfg.features_vocab:
+            if ids is not None:
+                raise ValueError("the batch carries features but the model was built without (features_vocab 0)")
+            return None
+        if ids is None:
+            raise ValueError(
+                f"the model reads features (features_vocab {self.cfg.features_vocab}) but the batch has none: "
+                "batch the rows with the task's features.vocab"
+            )
+        count = (ids != PAD).sum(dim=1, keepdim=True).clamp(min=1)  # (B, 1); no tags: the mean is 0
+        mean = self.features_emb(ids).sum(dim=1) / count  # (B, E): <pad> embeds as 0
+        return self.features_proj(mean)  # (B, M) or (B, E)
 
     def encode(self, batch) -> State:
         mask = batch.src != PAD  # (B, S)
         memory, summary = self.encoder(self.drop(self.src_emb(batch.src)), batch.src_len, batch)  # (B, S, M), (B, M)
+        features = self.encode_features(batch)
+        if features is not None and not self.features_at_bos:
+            summary = summary + features  # (B, M): the decoder's s_0 = tanh(W summary) starts conditioned
         state: State = {
             "memory": memory,
             "src_mask": mask,
@@ -368,6 +403,8 @@ class Seq2Seq(nn.Module):
             "src_same": batch.src_ext.unsqueeze(2) == batch.src_ext.unsqueeze(1),
             "n_ext": batch.n_ext,
         }
+        if features is not None and self.features_at_bos:
+            state["features"] = features  # (B, E), added to e(<s>) by decoder_input
         state.update(self.decoder.init_state(memory, summary, mask))
         state.update(self.output.init_state(state))
         return state
@@ -381,6 +418,8 @@ class Seq2Seq(nn.Module):
         when the caller looked it up already (teacher forcing looks up all steps at once: one
         embedding backward instead of one dense (V, E) gradient per step)."""
         emb = self.embed(prev_ids) if emb is None else emb
+        if "features" in state:  # the transformer decoder's features, on its first input e(<s>)
+            emb = emb + state["features"] * (prev_ids == BOS).unsqueeze(-1).to(emb.dtype)  # (B, E)
         inputs = [self.output.embed_input(state, prev_ids, emb)]  # (B, E)
         extra = self.output.extra_input(state, prev_ids)
         if extra is not None:

@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from tests.helpers import build_toy_project, tiny_params  # noqa: E402
+from tests.helpers import build_features_project, build_toy_project, tiny_params  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -109,3 +109,10 @@ def toy_project(tmp_path_factory) -> Path:
     """The toy copy project (benchmarks.toy.build_toy_project: shards, vocabularies, CopyNet and
     RNNSearch trained for 4 epochs, params.yaml), built once per test session."""
     return build_toy_project(tmp_path_factory.mktemp("toy_project"))
+
+
+@pytest.fixture(scope="session")
+def features_project(tmp_path_factory) -> Path:
+    """A task with a features column (tests.helpers.build_features_project: a tag says reverse or copy;
+    added, prepared, its vocabularies with features.vocab, CopyNet with features trained), built once."""
+    return build_features_project(tmp_path_factory.mktemp("features_project"))

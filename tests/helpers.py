@@ -40,15 +40,29 @@ from models import registry
 from models.config import ModelConfig
 from models.extended import NEG
 from models.registry import build_model
+from pipeline.data import tasks
+from pipeline.data.prepare import prepare_job, write_job
 from pipeline.decoding.search import beam_search, greedy
+from pipeline.io.parallel import serial_map
 from pipeline.io.shards import ShardWriter, read_split
 from pipeline.serving.predictor import ServingConfig
-from pipeline.training.checkpoints import load_model, save_atomic
-from pipeline.training.loop import nll_loss
+from pipeline.training.checkpoints import load_model, save_atomic, vocab_identity
+from pipeline.training.loop import build_seeded_model, nll_loss, train
+from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate
 from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
 from pipeline.vocab.extended import ext_ids_to_tokens
-from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, Vocab, build_vocab, count_tokens
+from pipeline.vocab.vocabulary import (
+    BOS,
+    EOS,
+    PAD,
+    SPECIALS,
+    Vocab,
+    build_vocab,
+    count_split_tokens,
+    count_tokens,
+    save_features_vocab,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -587,3 +601,69 @@ def repository_copy(dst: Path, params: dict) -> dict:
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=dst, env=env, check=True, capture_output=True)
     return env
+
+
+# ---------------------------------------------------------------------------------------------
+# The features task: tags kept apart from the source (a features column), end to end
+# ---------------------------------------------------------------------------------------------
+FEATURES_TASK = "revcopy"
+FEATURE_TAGS = {"REV": lambda chars: chars[::-1], "COPY": lambda chars: chars}  # tag -> what it does
+FEATURE_LETTERS = "abcdefgh"
+
+
+def features_rows(n: int, seed: int) -> list[tuple[str, str, str]]:
+    """``n`` (word, tag, output) triples: a word of 3-6 letters, reversed under REV, copied under COPY."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        word = "".join(rng.choice(FEATURE_LETTERS) for _ in range(rng.randint(3, 6)))
+        tag = rng.choice(sorted(FEATURE_TAGS))
+        rows.append((word, tag, "".join(FEATURE_TAGS[tag](word))))
+    return rows
+
+
+def build_features_project(root: Path) -> Path:
+    """A character-level task whose output depends on a tag in a features column, made as a user makes
+    it and as the stages will: TSVs (``word<TAB>tag<TAB>output``, 2,000 train / 50 valid / 60 test) ->
+    ``python -m pipeline.data.tasks add ... --tokenizer chars --features-col tag`` on a copy of the
+    repository's params.yaml -> prepare -> the vocabularies with ``features.vocab`` and the id-encoded
+    splits -> CopyNet with features trained by :func:`pipeline.training.loop.train` (5 epochs, ~6 s)
+    into ``data/checkpoints/revcopy/copynet``. Returns ``root``."""
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    raw = root / "data" / "raw" / FEATURES_TASK
+    raw.mkdir(parents=True)
+    for split, (n, seed) in {"train": (2000, 0), "valid": (50, 1), "test": (60, 2)}.items():
+        lines = ["word\ttag\toutput", *("\t".join(row) for row in features_rows(n, seed))]
+        (raw / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    files = [f"--{s}" if i % 2 == 0 else str(raw / f"{s}.tsv") for s in ("train", "valid", "test") for i in (0, 1)]
+    argv = ["--params", str(root / "params.yaml"), "add", FEATURES_TASK, *files, "--src-col", "word"]
+    argv += ["--tgt-col", "output", "--features-col", "tag", "--tokenizer", "chars", "--metric", "exact_match"]
+    assert tasks.main(argv) == 0
+    write_job(prepare_job(FEATURES_TASK, str(root / "params.yaml")), serial_map)
+
+    shards, vocab_dir = root / "data/shards" / FEATURES_TASK, root / "data/vocab" / FEATURES_TASK
+    vocab_dir.mkdir(parents=True)
+    vocabs = {side: build_vocab(count_split_tokens(shards / "train", side)) for side in ("src", "tgt")}
+    for side, vocab in vocabs.items():
+        vocab.save(vocab_dir / f"{side}.vocab")
+    features = save_features_vocab(shards / "train", vocab_dir)  # what the vocab stage writes beside them
+    for split in ("train", "valid"):
+        write_encoded_split(shards / split, vocab_dir / "ids" / split, *vocabs.values(), features_vocab=features)
+    encoded = {s: EncodedSplit(vocab_dir / "ids" / s, len(vocabs["tgt"])) for s in ("train", "valid")}
+    cfg = ModelConfig(len(vocabs["src"]), len(vocabs["tgt"]), emb=32, hidden=64, features_vocab=len(features))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(
+            build_seeded_model("copynet", cfg, 0),
+            encoded["train"],
+            encoded["valid"],
+            TrainConfig(epochs=5, batch_size=32, lr=3e-3, seed=0),
+            root / "data/checkpoints" / FEATURES_TASK / "copynet",
+            model_config=vars(cfg),
+            progress=False,
+            model_info={"mechanism": "copynet", "vocab": {s: vocab_identity(v) for s, v in vocabs.items()}},
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return root

@@ -68,6 +68,8 @@ class NewTask:
     tgt_col: str | None = None
     ref_cols: list[str] = field(default_factory=list)
     refs_col: str | None = None
+    features_col: str | None = None  # tags kept apart from the source (docs/own_data.md)
+    features_sep: str = ";"
     tokenizer: str = "whitespace"
     lang: str = "en"
     lowercase: bool = False
@@ -157,7 +159,7 @@ def _check_columns(settings: dict, files: dict[str, list[Path]], formats: dict[s
     if "text" in formats.values():
         return
     cfg_cols = [settings.get("src_col"), settings.get("tgt_col"), *settings.get("ref_cols", [])]
-    cfg_cols += [settings["refs_col"]] if settings.get("refs_col") is not None else []
+    cfg_cols += [settings[k] for k in ("refs_col", "features_col") if settings.get(k) is not None]
     header, delimiter = settings.get("header", True), settings.get("delimiter")
     for split, paths in files.items():
         found = tables.column_names(paths[0], formats[split], header, delimiter)
@@ -226,6 +228,12 @@ def prepare_settings(task: NewTask, files: dict[str, list[Path]], raw: Path, sin
             settings["ref_cols"] = [_column(c, indexed) for c in task.ref_cols]
         if task.refs_col is not None:
             settings["refs_col"] = task.refs_col
+        if task.features_col is not None:
+            settings["features_col"] = _column(task.features_col, indexed)
+            if task.features_sep != ";":
+                settings["features_sep"] = task.features_sep
+    elif task.features_col is not None:
+        raise AddTaskError("--features-col is for table files (tsv, csv, jsonl, parquet, arrow), not text files")
     settings["tokenizer"] = task.tokenizer
     if task.tokenizer == "moses":
         settings["lang"] = task.lang

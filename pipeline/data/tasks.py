@@ -188,6 +188,8 @@ def add_arguments(add: argparse.ArgumentParser) -> None:
         "--ref-col", dest="ref_cols", action="append", default=[], help="a further reference column (repeat)"
     )
     add.add_argument("--refs-col", help="a column holding a list of further references (jsonl, parquet, arrow)")
+    add.add_argument("--features-col", help="a column of tags kept apart from the source (V;PST;3;SG), never copied")
+    add.add_argument("--features-sep", default=";", help="what separates the tags of --features-col (default ;)")
     add.add_argument("--tokenizer", choices=TOKENIZERS, default="whitespace")
     add.add_argument("--lang", default="en", help="the language of --tokenizer moses")
     add.add_argument("--lowercase", action="store_true")

@@ -32,19 +32,23 @@ def decode_table(
     deadline: float | None = None,
     stop: threading.Event | None = None,
     shares: bool = False,
+    features_vocab: Vocab | None = None,
 ) -> list[dict]:
-    """Beam-search every row; returns prediction records in the table's row order. ``deadline`` (a
+    """Beam-search every row; returns prediction records in the table's row order. ``features_vocab``:
+    the task's, for a table with a features column (each record then has its ``features``). ``deadline`` (a
     ``time.monotonic()`` value) / ``stop`` (an event): checked before every batch and decoding step,
     :class:`pipeline.decoding.search.DecodeTimeout` / :class:`pipeline.decoding.search.DecodeCancelled` when hit.
     ``shares``: each record also has ``copy_share``, per token of the best output the share of its
     probability that copying gave (:func:`copy_shares`)."""
     extra_cols = tuple(c for c in (cfg.group_by, "refs", "refs_raw") if c and c in table.column_names)
     records: list[dict | None] = [None] * table.num_rows
+    features = table.column("features").to_pylist() if "features" in table.column_names else None
     batches = token_batches(*row_lengths(table), cfg.batch_size)
     for rows in tqdm(batches, desc=desc, unit="batch", disable=None, leave=False):
         rows = rows.tolist()
         check_interrupt(deadline, stop)
-        batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, extra_cols, cfg.max_src_len).to(device)
+        batch = batch_from_rows(table, rows, src_vocab, tgt_vocab, extra_cols, cfg.max_src_len, features_vocab)
+        batch = batch.to(device)
         nbest = beam_search(
             model,
             batch,
@@ -74,6 +78,8 @@ def decode_table(
             }
             if best_shares is not None:
                 rec["copy_share"] = best_shares[i][: len(outs[0])]
+            if features is not None:
+                rec["features"] = features[row]
             for col in extra_cols:
                 rec[col] = batch.extra[col][i]
             records[row] = rec
@@ -92,14 +98,21 @@ def replace_unk(tokens: list[str], hyp, src_tokens: list[str]) -> list[str]:
 
 
 def copy_trace(
-    model, table: pa.Table, row: int, src_vocab: Vocab, tgt_vocab: Vocab, max_len: int, device: torch.device
+    model,
+    table: pa.Table,
+    row: int,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    max_len: int,
+    device: torch.device,
+    features_vocab: Vocab | None = None,
 ) -> dict:
     """Greedy-decode one example and return its per-step copy-mode (or attention) weights.
 
     CopyNet Figure 3: p(x_tau, c | .) of every input position (columns) at every output step
     (rows). Mechanisms without a copy mode give their attention weights instead.
     """
-    batch = batch_from_rows(table, [row], src_vocab, tgt_vocab).to(device)
+    batch = batch_from_rows(table, [row], src_vocab, tgt_vocab, features_vocab=features_vocab).to(device)
     hyp = greedy(model, batch, max_len, trace_keys=("copy_logp", "attn"))[0]
     trace = hyp.trace or {}
     if "copy_logp" in trace:

@@ -24,7 +24,7 @@ from pipeline.decoding.settings import EvalConfig
 from pipeline.io.shards import read_split
 from pipeline.runtime.device import resolve_device
 from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
-from pipeline.vocab.vocabulary import Vocab
+from pipeline.vocab.vocabulary import Vocab, load_features_vocab
 
 VALID = "valid"
 
@@ -39,6 +39,7 @@ class ValidationScorer:
     key: str  # the metric key, e.g. top1, rouge2, bleu
     device: torch.device
     tokenizer: BackboneTokenizer | None = None  # a row on a pretrained backbone decodes its pieces
+    features_vocab: Vocab | None = None  # a task with a features column: its tags
 
     @property
     def name(self) -> str:
@@ -53,7 +54,15 @@ class ValidationScorer:
             if self.tokenizer is not None:
                 records = decode_words(model, self.table, self.tokenizer, self.cfg, self.device, desc="validation")
             else:
-                records = decode_table(model, self.table, *self.vocabs, self.cfg, self.device, desc="validation")
+                records = decode_table(
+                    model,
+                    self.table,
+                    *self.vocabs,
+                    self.cfg,
+                    self.device,
+                    desc="validation",
+                    features_vocab=self.features_vocab,
+                )
         model.train(was_training)
         return float(score_records(records, self.cfg, VALID)[self.key])
 
@@ -67,12 +76,13 @@ def validation_scorer(
     device: torch.device,
     limit: int | None = None,
     tokenizer: BackboneTokenizer | None = None,
+    features_vocab: Vocab | None = None,
 ) -> Callable[[torch.nn.Module], float]:
     """A :class:`ValidationScorer` over the first ``limit`` rows of ``table`` (the valid split), with a
     beam of ``beam`` (the top-k the metric needs is kept within it)."""
     rows = table if limit is None or limit >= table.num_rows else table.slice(0, limit)
     cfg = dataclasses.replace(eval_cfg, beam_size=beam, topk=min(eval_cfg.topk, beam))
-    return ValidationScorer(rows, vocabs, cfg, key, device, tokenizer)
+    return ValidationScorer(rows, vocabs, cfg, key, device, tokenizer, features_vocab)
 
 
 def job_scorer(job) -> ValidationScorer | None:
@@ -95,4 +105,5 @@ def job_scorer(job) -> ValidationScorer | None:
         resolve_device(cfg.device),
         limit=cfg.max_valid_examples,
         tokenizer=tokenizer,
+        features_vocab=load_features_vocab(job.paths.vocab),
     )

@@ -10,6 +10,10 @@ Two sources of a model:
 * ``--model models:/<task>@champion`` (or any MLflow model URI): the registered model, loaded with
   ``mlflow.pyfunc.load_model`` from ``MLFLOW_TRACKING_URI`` (default: the repository's mlflow.db).
 
+A model trained on a corpus with a features column (tags kept apart from the source,
+docs/own_data.md) reads each line as ``text<TAB>features`` (``walk<TAB>V;PST``: the tags split as
+the column was); a line without a tab has no features, and a line of more fields is an error.
+
 ``--show-copies`` marks each copied word ``[word]`` (a source word outside the decoder vocabulary
 that the model copied) and appends a tab and the copied words; ``--beam N`` / ``--max-len N``
 override the decoding settings. An empty input line gives an empty output line, so outputs stay
@@ -178,8 +182,26 @@ def predictor_of(model):
     return predictor if hasattr(predictor, "check_text") else None
 
 
+def features_fields(lines: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Lines ``text<TAB>features`` (a model with features) -> (texts, features); a line without a tab
+    has no features ('')."""
+    texts, features = [], []
+    for number, line in enumerate(lines, 1):
+        fields = line.split("\t")
+        if len(fields) > 2:
+            raise PredictError(f"line {number}: {len(fields)} tab-separated fields; a line is text<TAB>features")
+        texts.append(fields[0])
+        features.append(fields[1] if len(fields) == 2 else "")
+    return texts, features
+
+
 def check_all(
-    predictor, texts: Sequence[str], beam: int | None, max_len: int | None, pretokenized: bool | None = None
+    predictor,
+    texts: Sequence[str],
+    beam: int | None,
+    max_len: int | None,
+    pretokenized: bool | None = None,
+    features: Sequence[str] | None = None,
 ) -> None:
     """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
     try:
@@ -189,6 +211,8 @@ def check_all(
     for i, text in enumerate(texts):
         try:
             predictor.check_text(i, text, pretokenized)
+            if features is not None:
+                predictor.check_features(i, features[i])
         except InputRejected as err:
             raise PredictError(f"line {i + 1}: {err.reason}") from None
 
@@ -210,9 +234,11 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     if not texts:
         return 0
     predictor = predictor_of(model)
-    size = len(texts)
+    size, features = len(texts), None
+    if getattr(predictor, "features_vocab", None) is not None:  # a model with features: text<TAB>features
+        texts, features = features_fields(texts)
     if predictor is not None:
-        check_all(predictor, texts, args.beam, args.max_len, True if args.pretokenized else None)
+        check_all(predictor, texts, args.beam, args.max_len, True if args.pretokenized else None, features)
         size = predictor.config.max_inputs
     params = {k: v for k, v in (("beam_size", args.beam), ("max_len", args.max_len)) if v is not None}
     if args.pretokenized:  # a registered model's own tokeniser is skipped too (a request param)
@@ -220,7 +246,8 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     lines = []
     for start, stop in chunks(len(texts), size):
         try:
-            frame = model.predict(pd.DataFrame({"text": texts[start:stop]}), params=params or None)
+            data = {"text": texts[start:stop], **({"features": features[start:stop]} if features else {})}
+            frame = model.predict(pd.DataFrame(data), params=params or None)
         except MlflowException as exc:
             where = f"line {start + 1}" if stop - start == 1 else f"lines {start + 1}-{stop}"
             row = getattr(exc, "index", None)

@@ -9,6 +9,11 @@ out as itself when the model copies it (:func:`pipeline.vocab.extended.ext_ids_t
 source words outside the decoder vocabulary: only a copy (pointer) can produce them, so they are the
 copies one can be sure of (a copy of an in-vocabulary word looks like a generated one).
 
+A model trained on a corpus with a features column (tags kept apart from the source,
+docs/own_data.md) takes, beside each text, its features: a text split as the column was
+(``V;PST;3;SG``) or a list of tags (``features``, with the vocab stage's ``features.vocab``); a text
+without them is decoded with none, a tag the model never saw adds a ``warning``.
+
 :class:`ServingConfig` is what a served model needs besides its weights and vocabularies
 (``serving.json``): the reader settings, the decoding settings of the evaluate stage, and the
 limits of ``params['serving']`` (docs/tracking.md): texts per request, characters per text, source
@@ -36,7 +41,7 @@ import pyarrow as pa
 
 from pipeline.config.checks import check_serving
 from pipeline.config.validation import dataclass_from_dict
-from pipeline.data.corpora.raw_input import detokenize, source_tokenizer
+from pipeline.data.corpora.raw_input import detokenize, features_splitter, source_tokenizer
 from pipeline.decoding.decode import decode_table, decode_words
 from pipeline.decoding.search import DecodeCancelled
 from pipeline.decoding.settings import EvalConfig
@@ -44,7 +49,7 @@ from pipeline.io.files import sha256_tree
 from pipeline.runtime.device import resolve_device
 from pipeline.training.checkpoints import load_model
 from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
-from pipeline.vocab.vocabulary import Vocab
+from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
 
 DECODE_KEYS = (
     "beam_size",
@@ -199,6 +204,7 @@ class Predictor:
         config: ServingConfig,
         subword_model: str | Path | None = None,
         backbone_tokenizer: str | Path | None = None,
+        features_vocab: str | Path | None = None,
     ) -> None:
         self.config = config
         self.device = resolve_device(config.device)
@@ -207,6 +213,15 @@ class Predictor:
         # reader's tokens into pieces and the output pieces back into text.
         self.backbone = BackboneTokenizer.load(backbone_tokenizer) if backbone_tokenizer else None
         self.model, _ = load_model(checkpoint, config.mechanism, self.device, (self.src_vocab, self.tgt_vocab))
+        # A model trained with a features column: its tags' vocabulary, and how a features text splits.
+        self.features_vocab = Vocab.load(features_vocab) if features_vocab else None
+        size = len(self.features_vocab) if self.features_vocab else 0
+        if getattr(self.model.cfg, "features_vocab", 0) != size:
+            raise ValueError(
+                f"{checkpoint}: the model reads {self.model.cfg.features_vocab} feature ids, given a features "
+                f"vocabulary of {size}: give the {FEATURES_VOCAB} of its task's vocab stage"
+            )
+        self.split_features = features_splitter(config.prepare) if self.features_vocab else None
         self.subword_model = str(subword_model) if subword_model else None
         self.tokenize = source_tokenizer(config.prepare, config.pretokenized, self.subword_model)
         # A request may say its texts are already in the corpus's token form (``pretokenized``).
@@ -223,9 +238,11 @@ class Predictor:
         subword_model: str | Path | None = None,
     ) -> Predictor:
         """``<checkpoint_dir>/model.pt`` with ``<vocab_dir>/{src,tgt}.vocab`` (the stage outputs; a
-        backbone's vocabulary directory also holds its tokenizer)."""
+        backbone's vocabulary directory also holds its tokenizer, a task with features its
+        ``features.vocab``)."""
         checkpoint_dir, vocab_dir = Path(checkpoint_dir), Path(vocab_dir)
         backbone = vocab_dir if (vocab_dir / RECORD).is_file() else None
+        features = vocab_dir / FEATURES_VOCAB if (vocab_dir / FEATURES_VOCAB).is_file() else None
         return cls(
             checkpoint_dir / "model.pt",
             vocab_dir / "src.vocab",
@@ -233,6 +250,7 @@ class Predictor:
             config,
             subword_model,
             backbone,
+            features,
         )
 
     # ----------------------------------------------------------------------------- the limits
@@ -292,6 +310,29 @@ class Predictor:
             )
         return [self.check_text(i, t, pretokenized) for i, t in enumerate(texts)]
 
+    def check_features(self, index: int, value: Any) -> list[str]:
+        """The tags of one text's features: a text split as the corpus's features column was, or a
+        list of tags; none for None or ''. An :class:`InputRejected` naming ``index`` for features
+        given to a model without any, a text over ``max_input_chars``, or a value of another type."""
+        if value is None or (isinstance(value, float) and value != value) or (isinstance(value, str) and not value):
+            return []  # (NaN: a missing cell of a DataFrame)
+        if isinstance(value, str):
+            if len(value) > self.config.max_input_chars:
+                raise InputRejected(f"features of {len(value)} characters, over serving.max_input_chars", index)
+            tags = self.split_features(value) if self.split_features else value.split()
+        elif not isinstance(value, bytes) and hasattr(value, "__iter__") and all(isinstance(t, str) for t in value):
+            tags = [t.strip() for t in value if t.strip()]
+        else:
+            raise InputRejected(f"features must be a text such as 'V;PST' or a list of tags, not {value!r}", index)
+        if tags and self.features_vocab is None:
+            raise InputRejected("this model takes no features (its task has no features column)", index)
+        return tags
+
+    def features_warning(self, tags: Sequence[str]) -> str:
+        """A warning naming the tags the model never saw in training (they read as <unk>); else ''."""
+        unknown = [t for t in tags if self.features_vocab is not None and t not in self.features_vocab]
+        return f"features {unknown} are outside the model's features vocabulary: read as <unk>" if unknown else ""
+
     def unknown_warning(self, tokens: Sequence[str]) -> str:
         """A warning when more than ``unknown_warning`` of the source tokens are outside the source
         vocabulary (another language, another domain: the output is made up); else ''."""
@@ -333,12 +374,15 @@ class Predictor:
         max_len: int | None = None,
         deadline: float | None = None,
         pretokenized: bool | None = None,
+        features: Sequence[Any] | None = None,
     ) -> list[dict]:
         """One dict per text, in order: ``src`` (tokens), ``tokens`` (output tokens), ``output``
         (text), ``copied`` (output tokens that are source words outside the decoder vocabulary),
         ``score`` (log-probability of the best hypothesis), ``warning`` ('' or why the output is
         likely unreliable). An empty source gives an empty output. ``pretokenized``: the texts are
         already in the corpus's token form, space-separated (None: the config's ``pretokenized``).
+        ``features``: one per text (:meth:`check_features`), for a model trained with a features
+        column; None: no text has any.
 
         Every limit is checked before decoding (:class:`InputRejected`). ``deadline`` (a
         ``time.monotonic()`` value; default: now + ``request_timeout_s``) ends decoding with
@@ -348,23 +392,28 @@ class Predictor:
             deadline = time.monotonic() + float(self.config.request_timeout_s)
         beam_size, max_len = self.check_params(beam_size, max_len)
         sources = self.check_inputs(texts, pretokenized)
-        out = [
-            {"src": s, "tokens": [], "output": "", "copied": [], "score": 0.0, "warning": self.unknown_warning(s)}
-            for s in sources
-        ]
+        if features is not None and len(features) != len(texts):
+            raise InputRejected(f"{len(features)} features for {len(texts)} texts: give one per text (or none)")
+        tags = [self.check_features(i, f) for i, f in enumerate(features)] if features is not None else None
+        tags = tags or [[] for _ in sources]
+        out = []
+        for s, t in zip(sources, tags):
+            warning = "; ".join(w for w in (self.unknown_warning(s), self.features_warning(t)) if w)
+            out.append({"src": s, "tokens": [], "output": "", "copied": [], "score": 0.0, "warning": warning})
         todo = [i for i, s in enumerate(sources) if s]
         if not todo:
             return out
         if self.stop.is_set():
             raise DecodeCancelled("stopped before decoding")
         list_type = pa.list_(pa.string())
-        table = pa.table(
-            {
-                "id": pa.array([str(i) for i in todo]),
-                "src": pa.array([sources[i] for i in todo], type=list_type),
-                "tgt": pa.array([[] for _ in todo], type=list_type),
-            }
-        )
+        columns = {
+            "id": pa.array([str(i) for i in todo]),
+            "src": pa.array([sources[i] for i in todo], type=list_type),
+            "tgt": pa.array([[] for _ in todo], type=list_type),
+        }
+        if self.features_vocab is not None:
+            columns["features"] = pa.array([tags[i] for i in todo], type=list_type)
+        table = pa.table(columns)
         # Memory is about beam rows x source positions per batch: fewer rows per batch for long sources.
         longest = max(len(sources[i]) for i in todo)
         rows = max(1, min(self.config.batch_size, self.config.max_batch_positions // (beam_size * longest)))
@@ -385,6 +434,7 @@ class Predictor:
                     desc="predict",
                     deadline=deadline,
                     stop=self.stop,
+                    features_vocab=self.features_vocab,
                 )
         if self.backbone is not None:  # tokens: the text each output piece adds; copied: those mostly copied
             for i, rec in zip(todo, records):

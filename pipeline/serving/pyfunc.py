@@ -3,9 +3,10 @@ copied words) out, from ``mlflow models serve`` or ``mlflow.pyfunc.load_model``.
 
 :class:`CopySeqModel` wraps a Predictor as an ``mlflow.pyfunc.PythonModel`` whose artifacts are
 ``model.pt``, ``src.vocab``, ``tgt.vocab``, ``serving.json``
-(:class:`pipeline.serving.predictor.ServingConfig`) and, for a subword corpus, ``subword.model``.
-:func:`log_pyfunc_model` logs it under a run with pinned requirements, a signature (input column
-``text``; outputs ``output``, ``copied``, ``tokens``, ``warning``; params ``beam_size``,
+(:class:`pipeline.serving.predictor.ServingConfig`), for a subword corpus ``subword.model`` and for a
+corpus with a features column ``features.vocab``. :func:`log_pyfunc_model` logs it under a run with
+pinned requirements, a signature (input column ``text``, and the optional ``features`` for a model
+with features; outputs ``output``, ``copied``, ``tokens``, ``warning``; params ``beam_size``,
 ``max_len``) and, as code paths, the packages the served code imports (:data:`SERVED_PACKAGES`), so
 ``mlflow models serve -m models:/<task>@champion --env-manager local`` answers with this code.
 
@@ -40,6 +41,7 @@ from pipeline.io.files import sha256_tree, write_json_atomic
 from pipeline.serving.predictor import InputRejected, Predictor, ServerBusy, ServingConfig, verify_files
 from pipeline.vocab.tokenizer import RECORD as BACKBONE_RECORD
 from pipeline.vocab.tokenizer import TOKENIZER_DIR
+from pipeline.vocab.vocabulary import FEATURES_VOCAB
 
 CONFIG_NAME = "serving.json"
 MODEL_CODE = Path(__file__).with_name("model_code.py")  # builds CopySeqModel when MLflow loads the model
@@ -91,6 +93,16 @@ def _texts(model_input: Any) -> list[str]:
     if bad:
         raise InputRejected(f"is {type(values[bad[0]]).__name__}, not str", bad[0])
     return values
+
+
+def _features(model_input: Any) -> list | None:
+    """The ``features`` of each input text (a DataFrame column or a dict key), or None when not given."""
+    if isinstance(model_input, pd.DataFrame) and "features" in model_input.columns:
+        return model_input["features"].tolist()
+    if isinstance(model_input, dict) and "features" in model_input:
+        value = model_input["features"]
+        return [value] if isinstance(value, str) else list(value)
+    return None
 
 
 class ServingException(MlflowException):
@@ -220,12 +232,14 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
             config,
             art.get("subword_model"),
             art.get("backbone_tokenizer"),
+            art.get("features_vocab"),
         )
         if in_scoring_server():  # SIGTERM/SIGINT stop a running decode instead of waiting for it
             stop_on_server_exit(self.predictor.stop)
 
     def predict(self, context, model_input, params=None):
-        """``model_input``: a DataFrame with a ``text`` column (or a list of str). Returns a
+        """``model_input``: a DataFrame with a ``text`` column (or a list of str), and for a model with
+        features an optional ``features`` column (``V;PST;3;SG`` or a list of tags per text). Returns a
         DataFrame with ``output`` (text), ``copied`` and ``tokens`` (lists of str) and ``warning``
         ('' or why the output is likely unreliable), one row per input. ``params``: optional
         ``beam_size``, ``max_len`` (at most the limits), ``pretokenized`` (the texts are already
@@ -245,6 +259,7 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
                 params.get("max_len"),
                 deadline=time.monotonic() + timeout,
                 pretokenized=params.get("pretokenized"),
+                features=_features(model_input),
             )
         except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
             raise serving_exception(err, timeout) from err
@@ -313,8 +328,11 @@ def signature(config: ServingConfig):
         Schema,
     )
 
+    inputs = [ColSpec(DataType.string, "text")]
+    if config.prepare.get("features_col") is not None:  # the tags of each text, as the features column held them
+        inputs.append(ColSpec(DataType.string, "features", required=False))
     return ModelSignature(
-        inputs=Schema([ColSpec(DataType.string, "text")]),
+        inputs=Schema(inputs),
         outputs=Schema(
             [
                 ColSpec(DataType.string, "output"),
@@ -358,6 +376,8 @@ def log_pyfunc_model(
         }
         if subword_model:
             artifacts["subword_model"] = str(subword_model)
+        if (vocab_dir / FEATURES_VOCAB).is_file():  # the task has a features column
+            artifacts["features_vocab"] = str(vocab_dir / FEATURES_VOCAB)
         missing = [p for p in artifacts.values() if not Path(p).is_file()]
         if missing:
             raise FileNotFoundError(f"cannot log the model: missing {', '.join(missing)}")

@@ -37,7 +37,7 @@ from pipeline.tracking.settings import TrackingConfig
 from pipeline.training.averaging import write_average
 from pipeline.training.checkpoints import load_model
 from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
-from pipeline.vocab.vocabulary import Vocab
+from pipeline.vocab.vocabulary import Vocab, load_features_vocab
 
 
 def evaluate_split(
@@ -60,7 +60,8 @@ def evaluate_split(
         records = decode_words(model, table, tokenizer, cfg, device, desc=f"{mechanism} {split}")
         vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
     else:
-        records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}")
+        features = load_features_vocab(paths.vocab)
+        records = decode_table(model, table, *vocabs, cfg, device, desc=f"{mechanism} {split}", features_vocab=features)
     seconds = time.perf_counter() - start
     print(
         f"{paths.task}/{mechanism}/{split}: decoded {len(records)} examples in {seconds:.1f}s "
@@ -144,7 +145,7 @@ def heatmap(
     row = matches[0] if matches else 0
     if tokenizer is not None:
         table, row = tokenizer.piece_table(table.slice(row, 1)), 0
-    trace = copy_trace(model, table, row, *vocabs, cfg.max_len, device)
+    trace = copy_trace(model, table, row, *vocabs, cfg.max_len, device, load_features_vocab(paths.vocab))
     out = paths.evaluation(mechanism) / "heatmap.png"
     copy_heatmap(trace, out, f"{mechanism} on {paths.task}/{split} (row {row}): {trace['kind']}")
     return out

@@ -259,7 +259,8 @@ def worker_main(argv: list[str] | None = None) -> None:
         on_validate = lambda row: log(row, row["step"])  # noqa: E731
         on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
     try:
-        job.run(ctx, on_validate, on_step, run_key=args.run_key, score_valid=job_scorer(job))
+        # the validation metric on the machine that owns the outputs (its shards), sent to every rank
+        job.run(ctx, on_validate, on_step, run_key=args.run_key, score_valid=job_scorer(job) if ctx.is_main else None)
     except RuntimeError as err:
         if lost_contact(err):  # say what happened before the traceback
             print(

@@ -19,7 +19,14 @@ from pipeline.config.tasks import effective_params
 from pipeline.config.variants import resolve
 from pipeline.vocab.encoded import write_encoded_split
 from pipeline.vocab.tokenizer import BackboneTokenizer
-from pipeline.vocab.vocabulary import Vocab, VocabConfig, build_vocab, count_split_tokens
+from pipeline.vocab.vocabulary import (
+    Vocab,
+    VocabConfig,
+    build_vocab,
+    count_split_tokens,
+    load_features_vocab,
+    save_features_vocab,
+)
 
 
 def build(paths: TaskPaths, side: str, max_size: int | None, min_count: int) -> int:
@@ -29,10 +36,18 @@ def build(paths: TaskPaths, side: str, max_size: int | None, min_count: int) -> 
     return len(vocab)
 
 
+def build_features(paths: TaskPaths) -> int:
+    """``features.vocab`` of a task with a features column (every tag of its train split); its size, 0
+    for a task without one (a stale file removed)."""
+    vocab = save_features_vocab(paths.split("train"), paths.vocab)
+    return len(vocab) if vocab is not None else 0
+
+
 def encode(paths: TaskPaths, split: str) -> int:
-    """``split`` id-encoded with the task's vocabularies; its row count."""
+    """``split`` id-encoded with the task's vocabularies (its features too, when it has them); its row count."""
     src, tgt = Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab")
-    return write_encoded_split(paths.split(split), paths.encoded(split), src, tgt)["rows"]
+    features = load_features_vocab(paths.vocab)
+    return write_encoded_split(paths.split(split), paths.encoded(split), src, tgt, features_vocab=features)["rows"]
 
 
 def task_backbones(params: dict, task_name: str) -> list[str]:
@@ -67,10 +82,12 @@ def run(task_name: str, params_path: str | None = None, step: Callable = lambda 
         "src": step(build)(paths, "src", cfg.src_max_size, cfg.min_count),
         "tgt": step(build)(paths, "tgt", cfg.tgt_max_size, cfg.min_count),
     }
+    features = step(build_features)(paths)
     rows = {split: step(encode)(paths, split) for split in ("train", "valid")}
     print(
         f"{task_name}: source vocabulary {sizes['src']}, target vocabulary {sizes['tgt']}; "
         f"encoded {rows['train']} train and {rows['valid']} valid rows"
+        + (f"; {features - 4} feature tags" if features else "")
     )
     backbones = task_backbones(raw, task_name)
     stale = paths.vocab / "backbones"

@@ -26,7 +26,7 @@ from pipeline.training.distributed import ONE_PROCESS, DistContext
 from pipeline.training.loop import build_seeded_model, train
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.encoded import EncodedSplit
-from pipeline.vocab.vocabulary import Vocab
+from pipeline.vocab.vocabulary import Vocab, load_features_vocab
 
 
 @dataclass
@@ -43,8 +43,14 @@ class TrainJob:
         vocab_dir = self.vocab_dir or row_vocab_dir(self.paths.vocab, section(self.params, "model"), self.base)
         self.src_vocab = Vocab.load(vocab_dir / "src.vocab")
         self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
+        # A task with a features column: the tags' vocabulary (the task's, whatever the row's vocab_dir).
+        self.features_vocab = load_features_vocab(self.paths.vocab)
         self.model_cfg = model_config(
-            section(self.params, "model"), self.base, src_vocab=len(self.src_vocab), tgt_vocab=len(self.tgt_vocab)
+            section(self.params, "model"),
+            self.base,
+            src_vocab=len(self.src_vocab),
+            tgt_vocab=len(self.tgt_vocab),
+            features_vocab=len(self.features_vocab) if self.features_vocab is not None else 0,
         )
         evaluate = self.params.get("evaluate") or {}
         valid_kind = (evaluate.get("split_metrics") or {}).get("valid", evaluate.get("metric", "exact_match"))

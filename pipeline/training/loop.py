@@ -235,7 +235,7 @@ def train(
         loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
     ckpt_dir = Path(ckpt_dir)
     state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
-    if cfg.select_by == "metric" and score_valid is None:
+    if cfg.select_by == "metric" and score_valid is None and ctx.is_main:
         raise ValueError("train.select_by: metric needs the task's validation metric (score_valid)")
     metric_name = getattr(score_valid, "name", "valid_metric")
     device = resolve_device(cfg.device, ctx.local_rank if ctx.enabled else None)
@@ -322,8 +322,8 @@ def train(
         }
         with nondeterministic_ops_named(device, "train.deterministic"):
             row.update(evaluate_loss(model, valid_split, cfg, device, ctx, source_vocab))
-            if cfg.select_by == "metric":  # every rank decodes the whole (small) split: the same value on each
-                row[metric_name] = score_valid(model)
+            if cfg.select_by == "metric":
+                row[metric_name] = validation_metric(model, score_valid, ctx, device)
         if not math.isfinite(row["valid_loss"]):
             raise NonFiniteLoss(
                 f"validation loss is {row['valid_loss']} at step {prog.step} (epoch {prog.epoch}); "
@@ -439,6 +439,16 @@ def train(
             "evaluated or registered. Check train.lr (too high diverges, too low stalls), the data and the epochs."
         )
     return prog.history
+
+
+def validation_metric(model, score_valid: Callable | None, ctx: DistContext, device: torch.device) -> float:
+    """The task's validation metric, computed by the main rank (the one process that has a scorer:
+    another machine may hold the encoded splits only) and sent to every rank, so that each takes the
+    same checkpoint and early-stopping decisions."""
+    value = score_valid(model) if score_valid is not None and ctx.is_main else 0.0
+    if not ctx.enabled:
+        return value
+    return float(all_reduce_sum(torch.tensor([value], dtype=torch.float64, device=device), ctx)[0])
 
 
 def accumulation_groups(batches: Iterable, n: int) -> Iterator[list]:

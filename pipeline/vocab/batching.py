@@ -11,7 +11,7 @@ import torch
 
 from models.batch import Batch
 from pipeline.vocab.extended import extend_example
-from pipeline.vocab.vocabulary import BOS, EOS, PAD, Vocab
+from pipeline.vocab.vocabulary import BOS, EOS, FEATURES, PAD, Vocab
 
 
 def _pad(rows: list[list[int]], value: int = PAD) -> torch.Tensor:
@@ -32,8 +32,13 @@ def collate(
     max_src_len: int | None = None,
     pointers: list[list[int]] | None = None,
     switches: list[list[bool]] | None = None,
+    features: list[list[str]] | None = None,
+    features_vocab: Vocab | None = None,
 ) -> Batch:
     """Build a Batch; ``tgt`` may be None at prediction time (targets are then empty).
+
+    ``features``: each example's tags (the shard's ``features`` column), encoded with
+    ``features_vocab`` into ``Batch.features`` (B, F), <pad>-padded (a tag it lacks: <unk>).
 
     ``pointers``/``switches`` are the shard's ``tgt_pointer``/``tgt_switch`` columns (one entry per
     target token); </s> gets pointer -1 and switch False, and a pointer past a truncated source
@@ -69,6 +74,7 @@ def collate(
         extra=extra or {},
         tgt_pointer=tgt_pointer,
         tgt_switch=tgt_switch,
+        features=None if features is None else _pad([features_vocab.encode(f) for f in features]),
     )
 
 
@@ -79,8 +85,14 @@ def batch_from_rows(
     tgt_vocab: Vocab,
     extra_columns: tuple[str, ...] = (),
     max_src_len: int | None = None,
+    features_vocab: Vocab | None = None,
 ) -> Batch:
+    """The Batch of ``rows`` of a shard table; its ``features`` column, when it has one, needs the
+    task's ``features_vocab``."""
     part = table.take(pa.array(rows, type=pa.int64()))
+    features = part.column(FEATURES).to_pylist() if FEATURES in part.column_names else None
+    if features is not None and features_vocab is None:
+        raise ValueError("the rows have a features column: batch them with the task's features vocabulary")
     extra = {c: part.column(c).to_pylist() for c in extra_columns if c in part.column_names}
     annotated = "tgt_pointer" in part.column_names and "tgt_switch" in part.column_names
     return collate(
@@ -93,6 +105,8 @@ def batch_from_rows(
         max_src_len=max_src_len,
         pointers=part.column("tgt_pointer").to_pylist() if annotated else None,
         switches=part.column("tgt_switch").to_pylist() if annotated else None,
+        features=features,
+        features_vocab=features_vocab,
     )
 
 

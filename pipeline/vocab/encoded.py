@@ -12,6 +12,8 @@ vocab stage, so the training loop does no string work per step.
                                any other OOV <unk>); no <s>/</s>
   tgt_pointer  list<int32>     copied from the shard when it has pointer annotations
   tgt_switch   list<bool>      (Pointer Softmax 5.2-5.3)
+  features     list<int32>     when the shard has a features column: ids in the features vocabulary
+                               (<unk> for a tag it lacks)
 
 Encoding is vectorised with pyarrow/numpy over whole shard parts (no Python loop over tokens); a
 part is read memory-mapped and written before the next one is read, so memory stays flat in the
@@ -32,13 +34,13 @@ import torch
 
 from models.batch import Batch
 from pipeline.io.shards import ShardWriter, read_manifest
-from pipeline.vocab.vocabulary import BOS, EOS, PAD, UNK, Vocab
+from pipeline.vocab.vocabulary import BOS, EOS, FEATURES, PAD, UNK, Vocab
 
 POINTER_COLUMNS = ("tgt_pointer", "tgt_switch")
 RELEASE_EVERY = 16  # batches between EncodedSplit.release_pages (about 25 MB of mapped pages each at 64 rows)
 
 
-def encoded_schema(annotated: bool) -> pa.Schema:
+def encoded_schema(annotated: bool, features: bool = False) -> pa.Schema:
     fields = [
         pa.field("id", pa.string()),
         pa.field("src", pa.list_(pa.int32())),
@@ -47,6 +49,8 @@ def encoded_schema(annotated: bool) -> pa.Schema:
     ]
     if annotated:
         fields += [pa.field("tgt_pointer", pa.list_(pa.int32())), pa.field("tgt_switch", pa.list_(pa.bool_()))]
+    if features:
+        fields.append(pa.field(FEATURES, pa.list_(pa.int32())))
     return pa.schema(fields)
 
 
@@ -70,8 +74,9 @@ def _row_of(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
 
 
-def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab) -> pa.Table:
-    """A shard table (id, src, tgt[, tgt_pointer, tgt_switch]) -> its encoded table (module docstring)."""
+def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab, features_vocab: Vocab | None = None) -> pa.Table:
+    """A shard table (id, src, tgt[, tgt_pointer, tgt_switch][, features]) -> its encoded table (module
+    docstring); ``features_vocab``: encode the ``features`` column with it (None: the table has none)."""
     size = len(tgt_vocab)
     src_values, src_off = _flat(table.column("src"))
     tgt_values, tgt_off = _flat(table.column("tgt"))
@@ -106,15 +111,13 @@ def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab) -> pa.Tabl
     # holds the word, else <unk>.
     tgt_ext = tgt_ids.copy()
     missing = np.flatnonzero(tgt_ids < 0)
-    if len(missing):
+    if len(missing) and not len(oov_keys):  # no source OOV in this part: every target OOV is <unk>
+        tgt_ext[missing] = UNK
+    elif len(missing):
         keys = tgt_rows[missing] * n_codes + tgt_codes[missing]
-        at = np.searchsorted(oov_keys, keys)
-        found = (
-            (at < len(oov_keys)) & (oov_keys[np.minimum(at, len(oov_keys) - 1)] == keys)
-            if len(oov_keys)
-            else np.zeros(len(keys), bool)
-        )
-        tgt_ext[missing] = np.where(found, size + oov_rank[np.minimum(at, max(len(oov_keys) - 1, 0))], UNK)
+        at = np.minimum(np.searchsorted(oov_keys, keys), len(oov_keys) - 1)
+        found = oov_keys[at] == keys
+        tgt_ext[missing] = np.where(found, size + oov_rank[at], UNK)
     src_ids[src_ids < 0] = UNK
 
     def lists(offsets: np.ndarray, values: np.ndarray) -> pa.Array:
@@ -129,7 +132,12 @@ def encode_table(table: pa.Table, src_vocab: Vocab, tgt_vocab: Vocab) -> pa.Tabl
     annotated = all(c in table.column_names for c in POINTER_COLUMNS)
     if annotated:
         columns.update({c: table.column(c) for c in POINTER_COLUMNS})
-    return pa.table(columns, schema=encoded_schema(annotated))
+    if features_vocab is not None:
+        values, offsets = _flat(table.column(FEATURES))
+        ids = _lookup(values, features_vocab)
+        ids[ids < 0] = UNK
+        columns[FEATURES] = lists(offsets, ids)
+    return pa.table(columns, schema=encoded_schema(annotated, features_vocab is not None))
 
 
 def _read_part(path: Path) -> pa.Table:
@@ -143,10 +151,13 @@ def write_encoded_split(
     src_vocab: Vocab,
     tgt_vocab: Vocab,
     transform: Callable[[pa.Table], pa.Table] | None = None,
+    features_vocab: Vocab | None = None,
 ) -> dict:
     """Encode every part of a shard split into ``out_dir``, part by part; published atomically
     (ShardWriter) with a manifest naming the shard split and vocabulary sizes it was made from.
-    ``transform``: applied to each part first (a backbone's tokenizer turning words into pieces)."""
+    ``transform``: applied to each part first (a backbone's tokenizer turning words into pieces).
+    ``features_vocab``: the task's features vocabulary, required exactly when the split (after
+    ``transform``) has a features column."""
     split_dir = Path(split_dir)
     manifest = read_manifest(split_dir)
     if not manifest["parts"]:
@@ -155,16 +166,28 @@ def write_encoded_split(
         names = pa.ipc.open_file(source).schema.names
     if transform is not None:
         names = transform(_read_part(split_dir / manifest["parts"][0]["file"]).slice(0, 0)).column_names
+    if (FEATURES in names) != (features_vocab is not None):
+        raise ValueError(
+            f"{split_dir}: "
+            + (
+                "the shards have a features column: encode them with the task's features vocabulary (features.vocab)"
+                if FEATURES in names
+                else "a features vocabulary was given but the shards have no features column"
+            )
+        )
     params = {
         "source_split": split_dir.name,
         "source_content_sha256": manifest.get("content_sha256"),
         "src_vocab": len(src_vocab),
         "tgt_vocab": len(tgt_vocab),
+        **({"features_vocab": len(features_vocab)} if features_vocab is not None else {}),
     }
-    with ShardWriter(out_dir, encoded_schema(all(c in names for c in POINTER_COLUMNS)), params=params) as writer:
+    schema = encoded_schema(all(c in names for c in POINTER_COLUMNS), features_vocab is not None)
+    with ShardWriter(out_dir, schema, params=params) as writer:
         for part in manifest["parts"]:
             table = _read_part(split_dir / part["file"])
-            writer.write_table(encode_table(transform(table) if transform else table, src_vocab, tgt_vocab))
+            table = transform(table) if transform else table
+            writer.write_table(encode_table(table, src_vocab, tgt_vocab, features_vocab))
     return writer.close()
 
 
@@ -220,6 +243,10 @@ class EncodedSplit:
     @property
     def annotated(self) -> bool:
         return all(c in self.parts[0].column_names for c in POINTER_COLUMNS)
+
+    @property
+    def has_features(self) -> bool:
+        return FEATURES in self.parts[0].column_names
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(source length as batched (<= max_src_len, >= 1), target length + 1 for </s>) per row, int32,
@@ -325,6 +352,9 @@ class EncodedSplit:
             cut = ptr >= src_len[:, None]  # a pointer past a truncated source points nowhere
             pointer = torch.from_numpy(np.where(cut, -1, ptr))
             switch = torch.from_numpy((sw != 0) & ~cut)
+        features = None
+        if self.has_features:
+            features = torch.from_numpy(self._gather(FEATURES, part_of, local, PAD)[0])  # (B, F)
         tokens = []
         if source_tokens is not None:
             tokens = [[source_tokens.itos[i] for i in row[:n]] for row, n in zip(src.tolist(), src_len.tolist())]
@@ -341,4 +371,5 @@ class EncodedSplit:
             tgt_tokens=[],
             tgt_pointer=pointer,
             tgt_switch=switch,
+            features=features,
         )

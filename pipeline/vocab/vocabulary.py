@@ -9,7 +9,9 @@ File format (UTF-8), one entry per line, specials first with count 0::
     the\t1532
     ...
 
-Line ``i`` (0-based) holds the token with id ``i``.
+Line ``i`` (0-based) holds the token with id ``i``. A corpus with a features column (tags kept
+apart from the source, ``prepare.<task>.features_col``) also gets ``features.vocab``, every tag of
+the train split, in the same format (:func:`save_features_vocab`).
 """
 
 from __future__ import annotations
@@ -168,6 +170,38 @@ def count_split_tokens(split_dir: str | Path, column: str) -> dict[str, int]:
             counts = _count_frame(pa.ipc.open_file(source).read_all(), column)
         total = pl.concat([total, counts]).group_by("token").agg(pl.col("count").sum())
     return _as_dict(total)
+
+
+FEATURES = "features"  # the shard column of tags kept apart from the source
+FEATURES_VOCAB = "features.vocab"  # beside src.vocab and tgt.vocab
+
+
+def split_columns(split_dir: str | Path) -> list[str]:
+    """The column names of a shard split (its first part's schema)."""
+    split_dir = Path(split_dir)
+    parts = read_manifest(split_dir)["parts"]
+    if not parts:
+        return []
+    with pa.memory_map(str(split_dir / parts[0]["file"]), "r") as source:
+        return pa.ipc.open_file(source).schema.names
+
+
+def save_features_vocab(train_split: str | Path, vocab_dir: str | Path) -> Vocab | None:
+    """``vocab_dir/features.vocab``: every tag of the train split's ``features`` column (specials
+    first, as every vocabulary), returned; None, with a stale file removed, when the split has none."""
+    path = Path(vocab_dir) / FEATURES_VOCAB
+    if FEATURES not in split_columns(train_split):
+        path.unlink(missing_ok=True)
+        return None
+    vocab = build_vocab(count_split_tokens(train_split, FEATURES))
+    vocab.save(path)
+    return vocab
+
+
+def load_features_vocab(vocab_dir: str | Path) -> Vocab | None:
+    """The task's features vocabulary (``features.vocab``), or None when the task has no features."""
+    path = Path(vocab_dir) / FEATURES_VOCAB
+    return Vocab.load(path) if path.is_file() else None
 
 
 def build_vocab(counts: dict[str, int], max_size: int | None = None, min_count: int = 1) -> Vocab:

@@ -11,6 +11,9 @@ reason, never silently):
 * ``src_in_<split>``: a train row whose source is identical to a source of an evaluation split
   (train/test leakage).
 
+A row with a ``features`` column (tags kept apart from the source) has (src, features) as its
+source for both: the same lemma under other tags is another example, not a duplicate or a leak.
+
 Evaluation splits are written first so their sources are known when train streams through. The
 writer keeps one 8-byte hash per distinct train pair (a :class:`~pipeline.data.corpora.keyset.KeySet`:
 8 bytes each, ~30 MB for Gigaword's 3.8M pairs) and per evaluation source (a dict: evaluation
@@ -166,13 +169,14 @@ def write_corpus(
                     if len(first_quarantined) < 3:
                         first_quarantined.append(f"{item.where} ({item.reason})")
                     continue
-                src_key = pair_key(item["src"])
+                source = (item["src"], item["features"]) if "features" in item else (item["src"],)
+                src_key = pair_key(*source)
                 if is_train and dedup_train:
                     leak = eval_sources.get(src_key)
                     if leak is not None:
                         writer.quarantine({"where": item["id"], "record": _brief(item)}, f"src_in_{leak}")
                         continue
-                    if not seen_pairs.add(pair_key(item["src"], item["tgt"])):
+                    if not seen_pairs.add(pair_key(*source, item["tgt"])):
                         writer.quarantine({"where": item["id"], "record": _brief(item)}, "duplicate_pair")
                         continue
                 elif not is_train:
@@ -226,4 +230,7 @@ def _hint(manifest: dict) -> str:
 
 
 def _brief(row: dict) -> dict:
-    return {"src": " ".join(row["src"]), "tgt": " ".join(row["tgt"])}
+    brief = {"src": " ".join(row["src"]), "tgt": " ".join(row["tgt"])}
+    if "features" in row:
+        brief["features"] = ";".join(row["features"])
+    return brief

@@ -11,7 +11,14 @@ settings; docs/own_data.md walks through it). Reading the formats is :mod:`pipel
   lists further reference columns (one text each) and ``refs_col`` a column holding a list of
   references (JSON, Parquet, Arrow);
 * ``format: null`` (default) chooses by the file name (:func:`tables.detect_format`); text formats
-  may be gzipped (``.gz``).
+  may be gzipped (``.gz``);
+* ``features_col`` (table formats): a column of tags kept apart from the source (morphological
+  inflection's ``V;PST;3;SG``), split on ``features_sep`` (default ``;``), each tag trimmed, empty
+  ones dropped, kept as written (no tokeniser, no lowercase), stored as the shards' ``features``
+  column (list<string>). The model reads them beside the source, never as part of it, so no
+  mechanism can copy a tag (models/seq2seq.py). An example's source is then (src, features) for
+  ``write_corpus``'s duplicates and leakage (the same lemma under other tags is another example);
+  a hash split still hashes ``src`` alone (every form of a lemma in one split).
 
 Splits: a file per split, or one file carved by ``valid_fraction`` / ``test_fraction``: the split of
 an example is a stable hash (keyed BLAKE2b, ``split_seed``) of its *tokenised* source, so the
@@ -101,7 +108,6 @@ SPLITS = ("train", "valid", "test")
 TOKENIZERS = ("whitespace", "moses", "chars", "jieba")
 UNSPACED = ("chars", "jieba")  # output tokens joined without spaces
 ROLES = ("src", "tgt")  # then "ref" for every further reference
-SCHEMA: pa.Schema = make_schema()
 
 
 # --------------------------------------------------------------------------- #
@@ -190,6 +196,8 @@ class Config:
     tgt_col: str | int | None = None  # default: "tgt", 1
     ref_cols: tuple[str | int, ...] = ()  # further references, one column each
     refs_col: str | int | None = None  # a column holding a list of further references
+    features_col: str | int | None = None  # a column of tags kept apart from the source (None: none)
+    features_sep: str = ";"  # what separates the tags in it
     valid_fraction: float = 0.0  # carved from the train file by a hash of the source
     test_fraction: float = 0.0
     split_seed: int = 0
@@ -277,9 +285,14 @@ class Config:
 
     def _check_columns(self) -> None:
         if self.text:
-            if self.src_col is not None or self.tgt_col is not None or self.ref_cols or self.refs_col is not None:
-                raise ValueError("parallel format text has no columns (src_col, tgt_col, ref_cols, refs_col)")
+            named = (self.src_col, self.tgt_col, self.refs_col, self.features_col)
+            if any(c is not None for c in named) or self.ref_cols:
+                raise ValueError(
+                    "parallel format text has no columns (src_col, tgt_col, ref_cols, refs_col, features_col)"
+                )
             return
+        if not isinstance(self.features_sep, str) or not self.features_sep:
+            raise ValueError(f"parallel features_sep must be a non-empty string such as ';', got {self.features_sep!r}")
         cols = self.columns().all()
         if len(set(map(str, cols))) != len(cols):
             raise ValueError(f"parallel: columns must differ, got {cols}")
@@ -323,13 +336,22 @@ class Config:
         named = self.header or not ({self.format_of(s) for s in SPLITS if self.has_file(s)} <= {"tsv", "csv"})
         src = self.src_col if self.src_col is not None else ("src" if named else 0)
         tgt = self.tgt_col if self.tgt_col is not None else ("tgt" if named else 1)
-        return Columns(src, tgt, self.ref_cols, self.refs_col)
+        return Columns(src, tgt, self.ref_cols, self.refs_col, self.features_col)
 
     def token_spec(self) -> TokenSpec:
         return TokenSpec(self.tokenizer, self.lang, self.moses_escape, self.jieba_hmm, self.lowercase, self.mask_digits)
 
+    def schema(self) -> pa.Schema:
+        """The shards' schema: the base columns, and ``features`` (list<string>) with a features column."""
+        return make_schema([pa.field("features", pa.list_(pa.string()))] if self.features_col is not None else [])
+
     def manifest_params(self) -> dict:
-        return {**asdict(self), "tokenizer": self.token_spec().describe()}
+        """The settings as the manifest records them (the features settings only when there is a
+        features column: a corpus without one keeps the manifest it had before they existed)."""
+        params = {**asdict(self), "tokenizer": self.token_spec().describe()}
+        if self.features_col is None:
+            del params["features_col"], params["features_sep"]
+        return params
 
 
 # --------------------------------------------------------------------------- #
@@ -345,6 +367,18 @@ class ChunkSpec:
     limits: TextLimits
     max_tokens: int
     split_seed: int
+    features_sep: str | None = None  # None: no features column
+
+    @classmethod
+    def of(cls, cfg: Config) -> ChunkSpec:
+        sep = cfg.features_sep if cfg.features_col is not None else None
+        return cls(cfg.token_spec(), TextLimits.of(cfg), cfg.max_tokens, cfg.split_seed, sep)
+
+
+def split_features(text: str, sep: str = ";") -> list[str]:
+    """A features cell -> its tags: split on ``sep``, each trimmed, empty ones dropped (raw input in
+    serving and ``predict`` too)."""
+    return [tag.strip() for tag in text.split(sep) if tag.strip()]
 
 
 def split_bucket(src: list[str], seed: int) -> float:
@@ -386,6 +420,15 @@ def record_row(spec: ChunkSpec, record: RawRecord) -> tuple[dict | Quarantined, 
         fields.append(tokens)
     src, refs = fields[0], fields[1:]
     row = {"id": f"{row_name(record.names[0])}:{record.line}", "src": src, "tgt": refs[0], "refs": refs}
+    if spec.features_sep is not None:
+        text = record.features or ""
+        found = spec.limits.line_problem(text)
+        tags = split_features(text, spec.features_sep) if found is None else []
+        found = found or spec.limits.token_problem(tags)
+        if found is not None:
+            where = f"{record.names[0]}:{record.line}"
+            return Quarantined(found[0], where, {**found[1], **previews, "features": _preview(text)}), None
+        row["features"] = tags
     counts = pair_counts(src, refs)
     if empty_refs:
         counts["empty_refs"] = empty_refs
@@ -434,7 +477,7 @@ def records(cfg: Config, split: str) -> Iterator[RawRecord | Quarantined]:
 
 
 def _items(cfg: Config, split: str, map_chunks: Callable) -> Iterator[tuple]:
-    spec = ChunkSpec(cfg.token_spec(), TextLimits.of(cfg), cfg.max_tokens, cfg.split_seed)
+    spec = ChunkSpec.of(cfg)
     for result in map_chunks(functools.partial(rows_chunk, spec), chunked(records(cfg, split), cfg.chunk_size)):
         yield from result
 
@@ -471,7 +514,7 @@ def spill_train_file(
     paths = {s: scratch / f"{s}.pkl" for s in splits}
     handles = {s: open(p, "wb") for s, p in paths.items()}
     try:
-        spec = ChunkSpec(cfg.token_spec(), TextLimits.of(cfg), cfg.max_tokens, cfg.split_seed)
+        spec = ChunkSpec.of(cfg)
         chunks = chunked(records(cfg, "train"), cfg.chunk_size)
         for result in map_chunks(functools.partial(rows_chunk, spec), chunks):
             pairs = []
@@ -501,7 +544,7 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     sources = {s: [str(p) for p in cfg.files(s if cfg.has_file(s) else "train")] for s in splits}
     if not cfg.hashed():
         streams = {s: file_stream(cfg, s, stats[s], map_chunks) for s in splits}
-        return write_corpus(out_root, streams, SCHEMA, params=cfg.manifest_params(), stats=stats, sources=sources)
+        return write_corpus(out_root, streams, cfg.schema(), params=cfg.manifest_params(), stats=stats, sources=sources)
     with scratch_dir(out_root.parent, f".{out_root.name}.spill-") as scratch:  # a killed run's: removed here
         counts: Counter = Counter()
         spilled = spill_train_file(cfg, scratch, stats, map_chunks, counts)
@@ -518,7 +561,7 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
         streams = {
             s: spill_stream(spilled[s]) if s in spilled else file_stream(cfg, s, stats[s], map_chunks) for s in splits
         }
-        return write_corpus(out_root, streams, SCHEMA, params=cfg.manifest_params(), stats=stats, sources=sources)
+        return write_corpus(out_root, streams, cfg.schema(), params=cfg.manifest_params(), stats=stats, sources=sources)
 
 
 def _fraction_selected_none(cfg: Config, split: str, counts: Counter) -> str:

@@ -44,6 +44,10 @@ steps (lowercase, digits ``#``, TurkCorpus forms). A corpus prepared with ``subw
 with its sentencepiece model (``subword_model``, written beside the shards) after the reader's step,
 and :func:`detokenize` decodes the pieces back.
 
+A corpus with a features column (tags kept apart from the source, ``parallel``'s ``features_col``)
+takes a features text beside each raw text: :func:`features_splitter` splits it as the reader split
+its column (the reader module's ``split_features``, on ``features_sep``).
+
 A reader without ``source_tokenizer``, or an unknown reader, raises ``ValueError`` naming the
 readers that have one.
 """
@@ -114,6 +118,16 @@ def source_tokenizer(
     if sp is None:
         return words
     return lambda text: sp.encode_tokens(words(text))
+
+
+def features_splitter(prepare_settings: dict) -> Tokenizer:
+    """A function ``features text -> tags`` for a corpus with a features column, as its reader split
+    the column; ``ValueError`` when the corpus has none."""
+    split = getattr(_reader(prepare_settings), "split_features", None)
+    if split is None or prepare_settings.get("features_col") is None:
+        raise ValueError(f"reader {prepare_settings['reader']!r} with these settings has no features column")
+    sep = prepare_settings.get("features_sep", ";")
+    return lambda text: split(text, sep)
 
 
 def detokenize(tokens: Sequence[str], prepare_settings: dict, subword_model: str | Path | None = None) -> str:

@@ -31,6 +31,10 @@ format     what is read; record-level problems (quarantined at ``file:line``); f
            that is not a string (or binary, decoded per cell; or a list of strings for references).
 =========  ======================================================================================
 
+A features column (``Columns.features``: tags kept apart from the source) is read like a text
+column, into ``RawRecord.features``: a missing column is the same error, a JSON object without the
+field ``missing_field``, a non-string value ``bad_field_type``; a null Parquet/Arrow cell reads as ''.
+
 Text formats may be gzipped (``open_input``: a ``.gz`` name or the gzip magic bytes); a UTF-8 BOM
 on the first line and CRLF line ends are removed.
 """
@@ -81,30 +85,46 @@ def detect_format(path: str | Path) -> str:
 @dataclass(frozen=True)
 class Columns:
     """Which columns (names, or 0-based indices for a headerless TSV/CSV) hold the source, the
-    target, further references one per column (``refs``), and a list of references (``refs_list``)."""
+    target, further references one per column (``refs``), a list of references (``refs_list``) and
+    the features (``features``: one text of tags, split by the reader)."""
 
     src: Column
     tgt: Column
     refs: tuple[Column, ...] = ()
     refs_list: Column | None = None
+    features: Column | None = None
 
     def single(self) -> list[Column]:
         """The columns of one text each: source, target, the reference columns."""
         return [self.src, self.tgt, *self.refs]
 
+    def fields(self) -> list[Column]:
+        """The columns of one string each: :meth:`single`, then the features column."""
+        return self.single() + ([self.features] if self.features is not None else [])
+
     def all(self) -> list[Column]:
-        return self.single() + ([self.refs_list] if self.refs_list is not None else [])
+        return self.fields() + ([self.refs_list] if self.refs_list is not None else [])
 
 
 @dataclass(frozen=True)
 class RawRecord:
     """One example before any text step: ``texts`` = source, target, further references (a str,
     raw bytes for the ``text`` format, or None for a missing optional reference); ``names[i]`` is
-    the file ``texts[i]`` came from; ``line`` its line (or row) number there."""
+    the file ``texts[i]`` came from; ``line`` its line (or row) number there; ``features`` the text
+    of the features column (None: no such column)."""
 
     line: int
     names: tuple[str, ...]
     texts: tuple[str | bytes | None, ...]
+    features: str | None = None
+
+
+def _record(line: int, name: str, values: Sequence, columns: Columns, refs: Sequence = ()) -> RawRecord:
+    """The record of one row: the values of :meth:`Columns.fields` (the features value last, if
+    any), then ``refs`` (a list of references) as further texts."""
+    n = len(columns.single())
+    texts = (*values[:n], *refs)
+    return RawRecord(line, (name,) * len(texts), texts, values[n] if columns.features is not None else None)
 
 
 def _head(raw: bytes | str) -> str:
@@ -157,9 +177,9 @@ def _not_found(path: Path, line: int | None, missing: Sequence[Column], found: S
 
 
 def _indices(path: Path, columns: Columns, names: Sequence[str] | None, n_fields: int | None) -> list[int]:
-    """Column positions: names looked up in a header (``names``), or indices checked against
-    ``n_fields`` (headerless)."""
-    wanted = columns.single()
+    """Column positions of :meth:`Columns.fields`: names looked up in a header (``names``), or indices
+    checked against ``n_fields`` (headerless)."""
+    wanted = columns.fields()
     if names is not None:
         missing = [c for c in wanted if not isinstance(c, str) or c not in names]
         if missing:
@@ -233,7 +253,7 @@ def tsv_records(
                 "bad_field_count", where, {"fields": len(fields), "expected": n_fields, "line": _head(text)}
             )
             continue
-        yield RawRecord(number, (name,) * len(indices), tuple(fields[i] for i in indices))
+        yield _record(number, name, [fields[i] for i in indices], columns)
 
 
 def csv_records(
@@ -278,7 +298,7 @@ def csv_records(
                 "bad_field_count", where, {"fields": len(fields), "expected": n_fields, "line": _head(joined)}
             )
             continue
-        yield RawRecord(first, (name,) * len(indices), tuple(fields[i] for i in indices))
+        yield _record(first, name, [fields[i] for i in indices], columns)
 
 
 def _csv_problem(joined: str, where: str, limits: TextLimits) -> Quarantined | None:
@@ -327,23 +347,23 @@ def jsonl_records(path: Path, columns: Columns, limits: TextLimits) -> Iterator[
 
 
 def _object_record(obj: dict, number: int, name: str, columns: Columns, where: str, text: str):
-    missing = [c for c in (columns.src, columns.tgt) if c not in obj]
+    missing = [c for c in (columns.src, columns.tgt, columns.features) if c is not None and c not in obj]
     if missing:
         return Quarantined(
             "missing_field", where, {"missing": missing, "fields": sorted(obj)[:20], "line": _head(text)}
         )
     texts: list[str | None] = []
-    for column in columns.single():
+    for column in columns.fields():
         value = obj.get(column)
         if value is not None and not isinstance(value, str):
             return Quarantined("bad_field_type", where, {"field": column, "type": type(value).__name__})
         texts.append(value)
+    refs = None
     if columns.refs_list is not None:
         refs = obj.get(columns.refs_list)
         if refs is not None and (not isinstance(refs, list) or not all(isinstance(r, str) for r in refs)):
             return Quarantined("bad_field_type", where, {"field": columns.refs_list, "type": "not a list of strings"})
-        texts.extend(refs or [])
-    return RawRecord(number, (name,) * len(texts), tuple(texts))
+    return _record(number, name, texts, columns, refs or ())
 
 
 # --------------------------------------------------------------------------- #
@@ -383,14 +403,15 @@ def _is_text_type(kind: pa.DataType) -> bool:
     )
 
 
-def _batch_records(path: Path, batch: pa.RecordBatch, first_row: int, n_single: int) -> Iterator[RawRecord]:
-    name = path.name
+def _batch_records(path: Path, batch: pa.RecordBatch, first_row: int, columns: Columns) -> Iterator[RawRecord]:
+    """The records of a batch whose columns are :meth:`Columns.all`, in order (a null features cell: '')."""
     values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    n = len(columns.fields())
+    feature = n - 1 if columns.features is not None else None
     for i in range(batch.num_rows):
-        texts = [values[c][i] for c in range(n_single)]
-        if batch.num_columns > n_single:
-            texts.extend(values[n_single][i] or [])
-        yield RawRecord(first_row + i, (name,) * len(texts), tuple(texts))
+        fields = [values[c][i] if c != feature else values[c][i] or "" for c in range(n)]
+        refs = (values[n][i] or []) if columns.refs_list is not None else ()
+        yield _record(first_row + i, path.name, fields, columns, refs)
 
 
 def parquet_records(path: Path, columns: Columns, batch_rows: int) -> Iterator[RawRecord]:
@@ -410,7 +431,7 @@ def parquet_records(path: Path, columns: Columns, batch_rows: int) -> Iterator[R
         except (pa.ArrowException, OSError) as err:
             raise CorpusFormatError(path, row, f"unreadable Parquet data ({err})") from err
         batch = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=[str(i) for i in range(len(names))])
-        yield from _batch_records(path, batch, row, len(columns.single()))
+        yield from _batch_records(path, batch, row, columns)
         row += batch.num_rows
 
 
@@ -437,7 +458,7 @@ def arrow_records(path: Path, columns: Columns, batch_rows: int) -> Iterator[Raw
             )
             for start in range(0, batch.num_rows, batch_rows):
                 part = batch.slice(start, batch_rows)
-                yield from _batch_records(path, part, row, len(columns.single()))
+                yield from _batch_records(path, part, row, columns)
                 row += part.num_rows
     finally:
         source.close()

@@ -245,6 +245,7 @@ def _output_schema(schema: pa.Schema, drop_columns: Sequence[str], split_dir: Pa
         for f in schema
         if f.name not in BASE_COLUMNS
         and f.name not in drop_columns
+        and f.name != "features"  # tags beside the source, not aligned with its words: copied as they are
         and (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))
     ]
     if aligned:

@@ -83,7 +83,7 @@ def test_add_writes_the_three_entries_and_keeps_every_comment(project, capsys):
     }
     assert params["task_settings"]["support_replies"] == {
         "raw": "data/raw/support",
-        "champion": "test.rouge2",
+        "champion": "valid.rouge2",
         "evaluate": {"metric": "rouge_f"},
         "compare": {"columns": ["rouge1", "rouge2", "rougeL"]},
     }
@@ -115,7 +115,7 @@ def test_one_file_with_fractions_is_the_raw_input_itself(project, capsys):
     assert params["tasks"]["faq"] == "data/qa.tsv"
     prepare = params["prepare"]["faq"]
     assert (prepare["train_file"], prepare["valid_fraction"], prepare["test_fraction"]) == (".", 0.1, 0.1)
-    assert params["task_settings"]["faq"]["champion"] == "test.bleu"
+    assert params["task_settings"]["faq"]["champion"] == "valid.bleu"
     manifests = write_job(prepare_job("faq", str(project / "params.yaml")), serial_map)
     assert sum(m["rows"] for m in manifests.values()) == 200
     assert all(m["rows"] > 0 for m in manifests.values())

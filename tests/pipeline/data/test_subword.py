@@ -122,6 +122,15 @@ def test_retokenize_split_keeps_accounting_and_round_trips(model, tmp_path):
     assert carried[0] == {"reason": "empty_tgt", "record": {"where": "f.fr:9", "record": {"src": "q"}}}
 
 
+def test_a_features_column_is_carried_as_it_is(model, tmp_path):
+    """Tags kept apart from the source are not aligned with its words: no drop_columns needed, unchanged."""
+    schema = make_schema([pa.field("features", pa.list_(pa.string()))])
+    rows = [shard_row("a", EN[0], FR[0], features=["V", "PST"]), shard_row("b", EN[1], FR[1], features=[])]
+    write_corpus(tmp_path / "words", {"train": iter(rows)}, schema)
+    S.retokenize_split(tmp_path / "words" / "train", tmp_path / "pieces" / "train", model)
+    assert [r["features"] for r in read_split(tmp_path / "pieces" / "train").to_pylist()] == [["V", "PST"], []]
+
+
 def test_retokenize_corpus_in_parallel_equals_serial(model, tmp_path):
     splits = {s: iter([shard_row(f"{s}{i}", EN[i], FR[i]) for i in range(len(EN))]) for s in ("train", "test")}
     write_corpus(tmp_path / "words", splits, make_schema(), dedup_train=False)

@@ -90,7 +90,7 @@ def test_the_page_shows_intervals_bold_ties_and_says_what_they_are():
         "t", metrics, CompareConfig(columns=("a",), topk=2), {}, {"test": "exact_match"}, intervals
     )
     cells = intervals["test"]["cells"]["top1"]
-    assert f"| good (ours) | **100.0** [" in page  # the a column: best, bold
+    assert "| good (ours) | **100.0** [" in page  # the a column: best, bold
     assert f"**{cells['good']['mean']:.1f}** [{cells['good']['low']:.1f}, {cells['good']['high']:.1f}] |" in page
     assert f"**{cells['tied']['mean']:.1f}** [" in page and not cells["tied"]["significant"]
     assert f"| {cells['bad']['mean']:.1f} [" in page and cells["bad"]["significant"]  # not bold

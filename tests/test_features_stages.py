@@ -1,0 +1,58 @@
+"""A task with a features column through the vocab, train, evaluate and compare stages (the library
+calls `dvc repro` runs): the tags' vocabulary is written and used, the checkpoints are chosen on the
+validation metric, the predictions carry the tags, and no output holds one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from pipeline.data import tasks
+from pipeline.data.prepare import prepare_job, write_job
+from tests.helpers import FEATURES_TASK, REPO, features_rows
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_stages_carry_the_features(tmp_path, monkeypatch):
+    from pipeline.stages import compare, evaluate, train
+    from pipeline.stages.vocab import run as vocab_run
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    raw = tmp_path / "data" / "raw" / FEATURES_TASK
+    raw.mkdir(parents=True)
+    for split, (n, seed) in {"train": (400, 0), "valid": (30, 1), "test": (30, 2)}.items():
+        lines = ["word\ttag\toutput", *("\t".join(row) for row in features_rows(n, seed))]
+        (raw / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = str(tmp_path / "params.yaml")
+    files = [arg for s in ("train", "valid", "test") for arg in (f"--{s}", str(raw / f"{s}.tsv"))]
+    argv = ["--params", path, "add", FEATURES_TASK, *files, "--src-col", "word", "--tgt-col", "output"]
+    assert tasks.main([*argv, "--features-col", "tag", "--tokenizer", "chars", "--metric", "exact_match"]) == 0
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["tasks"] = {FEATURES_TASK: params["tasks"][FEATURES_TASK]}
+    params["mechanisms"] = ["copynet"]
+    params["model"].update(emb=16, hidden=24)
+    params["train"].update(epochs=2, threads=1)
+    params["evaluate"].update(beam_size=3, threads=1)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_job(prepare_job(FEATURES_TASK, path), lambda fn, chunks: map(fn, chunks))
+
+    vocab_run(FEATURES_TASK, path)
+    tags = (tmp_path / "data/vocab" / FEATURES_TASK / "features.vocab").read_text().split()
+    assert {"REV", "COPY"} <= set(tags)
+    train.run(FEATURES_TASK, "copynet", path)
+    curve = json.loads((tmp_path / "data/checkpoints" / FEATURES_TASK / "copynet/history.json").read_text())
+    assert "valid_top1_greedy" in curve[-1]  # exact match: checkpoints chosen on the validation metric
+    metrics = evaluate.run(FEATURES_TASK, "copynet", path)
+    assert metrics["test"]["n"] == 30 and "valid" in metrics
+    preds = tmp_path / "data/eval/runs" / FEATURES_TASK / "copynet/predictions/test.jsonl"
+    records = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert all(r["features"] in (["REV"], ["COPY"]) for r in records)
+    assert not any(tok in ("REV", "COPY") for r in records for hyp in r["nbest"] for tok in hyp)
+    compare.run(path)
+    assert (tmp_path / "data/eval/intervals" / f"{FEATURES_TASK}.json").exists()
