@@ -622,6 +622,23 @@ def features_rows(n: int, seed: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+def add_features_task(root: Path, sizes: dict[str, int]) -> str:
+    """TSVs (``word<TAB>tag<TAB>output``, ``sizes`` rows per split) under ``root/data/raw`` and
+    ``python -m pipeline.data.tasks add ... --tokenizer chars --features-col tag`` on a copy of the
+    repository's params.yaml in ``root``; the params file's path."""
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    raw = root / "data" / "raw" / FEATURES_TASK
+    raw.mkdir(parents=True)
+    for seed, (split, n) in enumerate(sizes.items()):
+        lines = ["word\ttag\toutput", *("\t".join(row) for row in features_rows(n, seed))]
+        (raw / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    files = [arg for s in sizes for arg in (f"--{s}", str(raw / f"{s}.tsv"))]
+    argv = ["--params", str(root / "params.yaml"), "add", FEATURES_TASK, *files, "--src-col", "word"]
+    argv += ["--tgt-col", "output", "--features-col", "tag", "--tokenizer", "chars", "--metric", "exact_match"]
+    assert tasks.main(argv) == 0
+    return str(root / "params.yaml")
+
+
 def build_features_project(root: Path) -> Path:
     """A character-level task whose output depends on a tag in a features column, made as a user makes
     it and as the stages will: TSVs (``word<TAB>tag<TAB>output``, 2,000 train / 50 valid / 60 test) ->
@@ -629,16 +646,7 @@ def build_features_project(root: Path) -> Path:
     repository's params.yaml -> prepare -> the vocabularies with ``features.vocab`` and the id-encoded
     splits -> CopyNet with features trained by :func:`pipeline.training.loop.train` (5 epochs, ~6 s)
     into ``data/checkpoints/revcopy/copynet``. Returns ``root``."""
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    raw = root / "data" / "raw" / FEATURES_TASK
-    raw.mkdir(parents=True)
-    for split, (n, seed) in {"train": (2000, 0), "valid": (50, 1), "test": (60, 2)}.items():
-        lines = ["word\ttag\toutput", *("\t".join(row) for row in features_rows(n, seed))]
-        (raw / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    files = [f"--{s}" if i % 2 == 0 else str(raw / f"{s}.tsv") for s in ("train", "valid", "test") for i in (0, 1)]
-    argv = ["--params", str(root / "params.yaml"), "add", FEATURES_TASK, *files, "--src-col", "word"]
-    argv += ["--tgt-col", "output", "--features-col", "tag", "--tokenizer", "chars", "--metric", "exact_match"]
-    assert tasks.main(argv) == 0
+    add_features_task(root, {"train": 2000, "valid": 50, "test": 60})
     write_job(prepare_job(FEATURES_TASK, str(root / "params.yaml")), serial_map)
 
     shards, vocab_dir = root / "data/shards" / FEATURES_TASK, root / "data/vocab" / FEATURES_TASK

@@ -5,14 +5,12 @@ validation metric, the predictions carry the tags, and no output holds one."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import yaml
 
-from pipeline.data import tasks
 from pipeline.data.prepare import prepare_job, write_job
-from tests.helpers import FEATURES_TASK, REPO, features_rows
+from tests.helpers import FEATURES_TASK, add_features_task
 
 pytestmark = pytest.mark.slow
 
@@ -23,16 +21,7 @@ def test_the_stages_carry_the_features(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    raw = tmp_path / "data" / "raw" / FEATURES_TASK
-    raw.mkdir(parents=True)
-    for split, (n, seed) in {"train": (400, 0), "valid": (30, 1), "test": (30, 2)}.items():
-        lines = ["word\ttag\toutput", *("\t".join(row) for row in features_rows(n, seed))]
-        (raw / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    path = str(tmp_path / "params.yaml")
-    files = [arg for s in ("train", "valid", "test") for arg in (f"--{s}", str(raw / f"{s}.tsv"))]
-    argv = ["--params", path, "add", FEATURES_TASK, *files, "--src-col", "word", "--tgt-col", "output"]
-    assert tasks.main([*argv, "--features-col", "tag", "--tokenizer", "chars", "--metric", "exact_match"]) == 0
+    path = add_features_task(tmp_path, {"train": 400, "valid": 30, "test": 30})
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     params["tasks"] = {FEATURES_TASK: params["tasks"][FEATURES_TASK]}
     params["mechanisms"] = ["copynet"]
