@@ -237,7 +237,6 @@ def train(
     state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
     if cfg.select_by == "metric" and score_valid is None and ctx.is_main:
         raise ValueError("train.select_by: metric needs the task's validation metric (score_valid)")
-    metric_name = getattr(score_valid, "name", "valid_metric")
     device = resolve_device(cfg.device, ctx.local_rank if ctx.enabled else None)
     compute_settings(cfg.threads, cfg.deterministic)
     model.to(device)
@@ -258,6 +257,8 @@ def train(
     fp = fingerprint(asdict(cfg), model_config, {**job, "run": run_key})
     # Every rank must train the same job (settings and data: each machine reads its own copies).
     check_same_job(fingerprint(asdict(cfg), model_config, job), ctx)
+    # the metric's column name as the main rank's scorer has it (the only rank with a scorer)
+    metric_name = broadcast_from_main(getattr(score_valid, "name", "valid_metric"), ctx)
     net = (
         DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         if ctx.enabled
