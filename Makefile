@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make repro   install into .venv (pinned), then run the pipeline (dvc repro) on the default tasks
 #   make test    install into .venv (pinned), then the linter (ruff check + format check) and the test suite
+#   (make test-fast: the same without the end-to-end tests)
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install repro test lint bench clean-venv
+.PHONY: install repro test test-fast lint bench clean-venv
 
 $(BIN)/.installed: pyproject.toml requirements-lock.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +20,10 @@ repro: install
 	scripts/with_prefect_server.sh dvc repro
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+test-fast: lint   # no end-to-end tests (dvc repro, Prefect flows): docs/development.md gives its time
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
 lint: install
 	$(BIN)/ruff check .

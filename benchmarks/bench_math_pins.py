@@ -11,7 +11,7 @@ Simulated machines (environment of the child process):
                         own answer where a level has one (LD_PRELOAD order: the pins' first)
   other vendor, AVX2    both
 Pin levels: none; ``compatible`` (MKL_CBWR=COMPATIBLE,STRICT with the ATen/oneDNN pins: the pins
-before issue 28, SSE2 code); ``pinned`` (pipeline.runtime.math_pins.PINS, MKL_CBWR=AVX2, with MKL's
+the former pin, SSE2 code); ``pinned`` (pipeline.runtime.math_pins.PINS, MKL_CBWR=AVX2, with MKL's
 vendor check answered by pipeline.runtime.mkl_vendor). A level gives the same bits everywhere iff
 its column holds one fingerprint set. Then the time of a (640 x 300) x (300 x 16,000) product (an
 output layer's) under each level, on this CPU, in process CPU seconds.

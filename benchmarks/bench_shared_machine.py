@@ -1,5 +1,5 @@
 """A training on a shared machine: its tokens/s alone and beside a second 2-thread job, under OpenMP's
-wait policies (issue 29).
+wait policies.
 
 The train and evaluate stages run with a fixed thread count (``threads: 2``, for the same bits on
 every machine). PyTorch's CPU kernels and MKL run on GNU OpenMP, whose idle threads spin (busy-wait)

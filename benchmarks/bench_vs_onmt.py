@@ -48,7 +48,7 @@ Sizes: ``--encoder-hidden`` is this project's encoder size per direction. OpenNM
 hidden_size over the two directions (150 each at hidden_size 300): ``--encoder-hidden 150`` is the
 like-for-like model (encoder 150 per direction, memory 300, decoder 300); ``300``, this project's
 default (encoder_hidden = hidden), is a larger model (memory 600, decoder input 1,350 for CopyNet)
-and the setting issue 28 measured. Both are printed; the table says which.
+and the setting measured when the pins were chosen. Both are printed; the table says which.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ import sys  # noqa: E402
 from prefect import task  # noqa: E402  (after the quiet, local defaults above)
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
+from pipeline.config.schema import check_params_file  # noqa: E402
 from pipeline.config.validation import InputError  # noqa: E402
 
 # What the user gave is wrong: a setting or a data file (InputError), or an input file that is not
@@ -81,6 +82,7 @@ def cli(flow_fn, doc: str | None, *names: str):
     parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
     args = parser.parse_args()
     try:
+        check_params_file(args.params)  # every setting typed and checked before the flow, or one line
         return flow_fn(*(getattr(args, name) for name in names), args.params)
     except USER_ERRORS as err:  # bad settings or data, a missing input: the message alone, last, exit 2
         print(f"error: {err}", file=sys.stderr, flush=True)

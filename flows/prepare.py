@@ -16,7 +16,9 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 import flows  # cli (the package itself set quiet, local tool defaults before Prefect loaded)
+from pipeline.config.validation import SettingsError
 from pipeline.data.prepare import ParallelConfig, prepare_job, summary, write_job
+from pipeline.io.dask_probe import check_dask_address
 from pipeline.io.parallel import bounded_ordered_map, process_pool
 
 _POOL: ProcessPoolExecutor | None = None  # the local process pool behind the thread-pool runner
@@ -48,8 +50,11 @@ def task_runner(parallel: ParallelConfig):
     try:
         from prefect_dask import DaskTaskRunner  # the optional [dask] extra, heavy: only for this runner
     except ImportError as err:
-        raise RuntimeError("parallel.task_runner: dask needs the optional extra: pip install -e '.[dask]'") from err
+        raise SettingsError(
+            "parallel.task_runner is 'dask' but its optional extra is not installed: pip install -e '.[dask]'"
+        ) from err
     if parallel.dask_address:
+        check_dask_address(parallel.dask_address)  # a scheduler answers there (else one line, within seconds)
         return DaskTaskRunner(address=parallel.dask_address)
     return DaskTaskRunner(cluster_kwargs={"n_workers": parallel.workers, "processes": True})
 

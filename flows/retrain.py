@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from pipeline.config.params import load_params, section
+from pipeline.config.schema import check_params_file
+from pipeline.config.validation import SettingsError
 from pipeline.retrain.run import retrain
 from pipeline.retrain.settings import RetrainConfig
 
@@ -45,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
     args = parser.parse_args(argv)
     params_path = str(Path(args.params).resolve()) if args.params else None
+    try:
+        check_params_file(params_path)  # every setting typed and checked first, or one line
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     if args.command == "run":
         retrain_flow(params_path)
         return 0

@@ -4,7 +4,9 @@
 - eq. 8, copy score: psi_c(x_j) = tanh(h_j^T W_c) s_t for every source position j.
 - eq. 4-6, one shared normaliser Z over both modes; generate-mode probability 0 for words only
   in the source (their ids are extended ids >= V); copy mass summed over repeated source words.
-  Both are done by models.extended.mix_scores in log space.
+  Both are done in log space: ``models.seq2seq.shared_softmax`` puts both modes under log Z (the
+  ``Scores`` shifts); ``models.extended.extended_log_probs`` (search) and ``gold_log_probs``
+  (training) merge the copy mass of repeated words and add the generate term.
 - eq. 9, selective read: zeta(y_{t-1}) = sum_tau rho_{t,tau} h_tau with
   rho_{t,tau} = p(x_tau, c | s_{t-1}) / K over the positions where x_tau = y_{t-1}, 0 elsewhere;
   zeta = 0 when y_{t-1} is not in the source. It is fed with e(y_{t-1}) into the state update.

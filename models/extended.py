@@ -5,14 +5,16 @@ the largest number of distinct source words outside ``V`` in the batch (each exa
 OOVs from ``V`` in order of first appearance: ``pipeline.vocab.extended`` for strings,
 ``pipeline.vocab.encoded`` for id-encoded splits; slots beyond an example's own OOVs carry ``NEG``).
 
-- ``scatter_logsumexp`` merges the copy mass of every source position holding the same word into
-  that word's slot (CopyNet eq. 6), in log space, with scatter operations (no Python loop over the
-  batch); ``pad_extended`` lifts a distribution over V to V + X.
-- ``shared_normaliser`` / ``mix_scores``: generate and copy scores under one normaliser (CopyNet
-  eq. 4-6).
 - ``extended_log_probs`` builds, and ``gold_log_probs`` reads at the gold ids only, any output
   layer's distribution log p(w) = logaddexp(gen_shift + gen[w], copy_shift + logsumexp_{j: x_j = w}
-  copy[j]) (``models.seq2seq.Scores``).
+  copy[j]) (``models.seq2seq.Scores``): both merge the copy mass of every source position holding the
+  same word (CopyNet eq. 6's sum over repeated source words) in log space, over the batch at once (no
+  Python loop); ``pad_extended`` lifts a distribution over V to V + X.
+- ``shared_normaliser``: log Z of generate and copy scores under one normaliser (CopyNet eq. 4-6),
+  which ``models.seq2seq.shared_softmax`` keeps as both modes' shift (CopyNet, Read-Again, the
+  backbone's CopyNet head).
+- ``logsumexp`` (with a one-product backward pass) and ``logsumexp_value`` (for search and
+  validation, without gradients).
 """
 
 from __future__ import annotations
@@ -22,22 +24,6 @@ import torch
 # A finite "minus infinity": exp(NEG - x) == 0 in float32, yet NEG - NEG and logaddexp(NEG, NEG)
 # stay finite, so masked entries never produce NaN gradients (no log 0 anywhere).
 NEG = -1e9
-
-
-def scatter_logsumexp(scores: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
-    """log sum_{j: index[b, j] = v} exp(scores[b, j]) for every slot v, computed in log space.
-
-    scores: (B, S) float, masked entries already at NEG; index: (B, S) long in [0, size).
-    Returns (B, size); empty slots get NEG. Implements the sum over repeated source words of
-    CopyNet eq. 6 with scatter operations, never a Python loop over the batch.
-    """
-    bsz = scores.size(0)
-    # Per-slot max, detached: the result does not depend on the shift, only its stability does.
-    shift = scores.new_full((bsz, size), NEG)
-    shift = shift.scatter_reduce(1, index, scores.detach(), reduce="amax", include_self=True)
-    summed = scores.new_zeros((bsz, size)).scatter_add(1, index, (scores - shift.gather(1, index)).exp())
-    # A filled slot has summed >= 1 (its max term is exp(0)); an empty slot has 0 and keeps NEG.
-    return shift + summed.clamp_min(1.0).log()
 
 
 class _LogSumExp(torch.autograd.Function):
@@ -97,22 +83,6 @@ def shared_normaliser(gen_scores: torch.Tensor, copy_scores: torch.Tensor) -> to
     gen_scores (..., V), copy_scores (..., S); computed as a logaddexp of the two logsumexps, so the
     (..., V + S) concatenation is never built."""
     return torch.logaddexp(logsumexp(gen_scores), copy_scores.logsumexp(-1, keepdim=True))
-
-
-def mix_scores(
-    gen_scores: torch.Tensor, copy_scores: torch.Tensor, src_ext: torch.Tensor, n_ext: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generate and copy scores under one shared normaliser (CopyNet eq. 4-6), one step.
-
-    gen_scores: (B, V) psi_g, impossible words already at NEG; copy_scores: (B, S) psi_c, padding
-    at NEG; src_ext: (B, S) extended id of each source position. Returns
-    ``(log p(y) over V + n_ext, log p(x_j, c) per source position)`` where
-    Z = sum_v exp(psi_g(v)) + sum_j exp(psi_c(x_j)). Words only in the source have generate
-    probability 0 (eq. 5) because their slots are >= V; copy mass of repeated words is summed.
-    """
-    log_z = shared_normaliser(gen_scores, copy_scores)  # (B, 1)
-    log_probs = extended_log_probs(gen_scores, -log_z, copy_scores, -log_z, src_ext, n_ext)
-    return log_probs, copy_scores - log_z
 
 
 def _per_source(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ One decoding step (equation numbers of See et al. 2017):
   objective loss_t = -log P(w*_t) + lambda covloss_t (eq. 13); ``gold_score`` returns its negative.
 
 Everything is in log space: log p_gen and log(1 - p_gen) are log-sigmoids, the copy term is a
-``scatter_logsumexp`` of log a^t over repeated source words, and the two terms meet in a logaddexp.
+logsumexp of log a^t over the positions of repeated source words, and the two terms meet in a logaddexp
+(``models.extended.extended_log_probs`` for search, ``gold_log_probs`` for training).
 
 Attention order: See et al. attend with s_t after the recurrent update (like Luong et al.), while the
 skeleton's ``BahdanauDecoder`` attends with s_{t-1} before it. Here a^t *is* the copy distribution, so

@@ -41,7 +41,7 @@ distribution over generating words from Y, as well as over copying a specific wo
 source" with an implicit gating "similar to" Gu et al. (2016). We therefore use CopyNet's
 scores under one shared normaliser (CopyNet eq. 4-8): psi_g(y) = w_y^T s_t for y in Y,
 psi_c(i) = tanh(W h_i^2)^T s_t for each source position, p(y) = (exp psi_g(y) [y in Y] +
-sum_{i: x_i = y} exp psi_c(i)) / Z, in log space via models.extended.mix_scores.
+sum_{i: x_i = y} exp psi_c(i)) / Z, in log space via models.seq2seq.shared_softmax (as CopyNet).
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ is added and every computation is the one without features.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -78,18 +79,33 @@ from models.transformer_decoder import recurrent_or_transformer
 State = dict[str, torch.Tensor | int]
 
 
-# Optimizer steps taken in this process, by any optimizer (a global hook of torch.optim): what
-# invalidates the output layers' inference copies of their weights (OutputLayer._inference_copy). A fused
-# optimizer (Adam with fused=True, the training loop's) writes the weights without moving their
-# version counters, so those alone cannot tell.
+# Optimizer steps taken in this process, by any optimizer, since ``count_optimizer_steps`` first ran:
+# what invalidates the output layers' inference copies of their weights (OutputLayer._inference_copy).
 _optimizer_steps = [0]
+_step_hook_lock = threading.Lock()
+_step_hook = []  # the torch.optim hook's handle, once registered
 
 
 def _count_optimizer_step(optimizer, args, kwargs) -> None:
     _optimizer_steps[0] += 1
 
 
-register_optimizer_step_post_hook(_count_optimizer_step)
+def count_optimizer_steps() -> None:
+    """From now on, count every optimizer step of this process in ``_optimizer_steps`` (a global post-step
+    hook of torch.optim, ``register_optimizer_step_post_hook``); idempotent: the hook is registered once.
+
+    Why: ``OutputLayer._inference_copy`` keeps copies of the output weights between calls, and must
+    remake them when the weights change. A fused optimizer (Adam with fused=True, the training loop's)
+    writes the weights without moving their version counters, so only a count of steps tells. The
+    copies call this before they read the count for the first time, so importing ``models`` registers
+    nothing, and nobody else has to call it: a step taken before the first copy invalidates no copy.
+    The hook only counts; it changes no weight and no result."""
+    if _step_hook:
+        return
+    with _step_hook_lock:
+        if not _step_hook:
+            _step_hook.append(register_optimizer_step_post_hook(_count_optimizer_step))
+
 
 # Search steps of 2 to PACKED_ROWS rows (a beam of one sentence) multiply by MKL's packed output
 # weight (OutputLayer.project); above it the packing saves nothing (64 rows: 9.5-11 ms either way).
@@ -272,6 +288,7 @@ class OutputLayer(nn.Module):
         layer put in training mode. Transposing costs 15-20 ms at V = 16,000 and packing about 20
         (65 at 50,000), so a copy made per search would cost a one-sentence search more than it
         saves. One packed copy is kept, for the last N (2.5x the weight's memory)."""
+        count_optimizer_steps()  # from the first copy on, every step counts (once registered: a no-op)
         weight, bias = linear.weight, linear.bias
         key = (
             weight._version,

@@ -1,5 +1,5 @@
 """Score a task's trained models under other evaluate settings, side by side with the figures the
-evaluate stage wrote: ``replace_unk``, ``ban_unk`` and ``average_last`` (issue 21's and 22's tables).
+evaluate stage wrote: ``replace_unk``, ``ban_unk`` and ``average_last``.
 
 For every mechanism and every setting, the model (model.pt, or with ``average_last=K`` the mean of
 the run's last K step checkpoints, as the evaluate stage builds it) is decoded on each split with the
@@ -13,7 +13,9 @@ project checkout after ``dvc repro``, with the math libraries pinned as the stag
         --settings replace_unk=true ban_unk=true average_last=3 --json unk_options.json
 
 Prints a markdown table per split (the task's columns, output <unk> count, mean length) and writes
-every figure to ``--json``.
+every figure to ``--json``. The task's columns are those its comparison page shows for the split's
+metric (:func:`split_columns`): exact match top1 and top<k>, ROUGE rouge1/2/L, BLEU bleu ...;
+``--columns`` shows others.
 """
 
 from __future__ import annotations
@@ -34,16 +36,19 @@ import yaml  # noqa: E402
 from pipeline.config.params import load_params, project_root  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
 from pipeline.config.tasks import effective_params  # noqa: E402
+from pipeline.data.add_task import METRICS  # noqa: E402
 from pipeline.decoding.decode import decode_table  # noqa: E402
 from pipeline.decoding.scoring import score_records  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.io.shards import first_rows, read_split  # noqa: E402
+from pipeline.reporting.compare import CompareConfig  # noqa: E402
 from pipeline.runtime.device import compute_settings, resolve_device  # noqa: E402
 from pipeline.training.averaging import snapshots, write_average  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import Vocab  # noqa: E402
 
 UNK = "<unk>"
+ROUGE_COLUMNS = ["rouge1", "rouge2", "rougeL"]  # a --json of an older version, which recorded no columns
 
 
 class Refused(Exception):
@@ -131,6 +136,19 @@ def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[st
     return mechanisms, settings, notes
 
 
+def split_columns(params: dict, task: str, split: str) -> list[str]:
+    """The score columns of ``split``'s table, as the task's comparison page picks them for the split's
+    metric (:func:`pipeline.reporting.compare.comparison_markdown`): exact match: ``top1`` and
+    ``top<evaluate.topk>``; a text metric: the task's ``compare.columns``, else the columns ``tasks add``
+    gives that metric (:data:`pipeline.data.add_task.METRICS`: rouge1/2/L, bleu, bleu and sari)."""
+    eff = effective_params(params, task)
+    evaluate = EvalConfig.from_params(eff)
+    kind = evaluate.metric_for(split)
+    if kind == "exact_match":
+        return ["top1", f"top{evaluate.topk}"]
+    return list(CompareConfig.from_params(eff).columns) or list(METRICS.get(kind, ([kind], ""))[0])
+
+
 def as_evaluated(evaluated: Path, splits: list[str]) -> dict | None:
     """The evaluate stage's own figures for each of ``splits`` it scored (its metrics.json and
     predictions); None when it has not run. A split it did not score is left out (shown as '-')."""
@@ -154,7 +172,9 @@ def main(argv=None) -> int:
     p.add_argument("--splits", nargs="+", default=["test"])
     p.add_argument("--settings", nargs="+", default=[], help="evaluate overrides, one per row: key=value")
     p.add_argument("--params", default=None)
-    p.add_argument("--columns", nargs="+", default=["rouge1", "rouge2", "rougeL"], help="the metrics shown")
+    p.add_argument(
+        "--columns", nargs="+", default=None, help="the metrics shown (default: the task's, by each split's metric)"
+    )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--print", dest="print_json", type=Path, default=None, help="only print the tables of this --json")
     args = p.parse_args(argv)
@@ -174,10 +194,14 @@ def run(args) -> int:
     params = load_params(args.params)
     paths = TaskPaths(args.task, project_root(args.params))
     mechanisms, settings, notes = plan(args, params, paths)
+    try:
+        columns = {s: list(args.columns) if args.columns else split_columns(params, args.task, s) for s in args.splits}
+    except ValueError as err:  # the task's evaluate or compare settings
+        raise Refused(f"the columns of {args.task}: {err}") from err
     for note in notes:
         print(note, flush=True)
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
-    report: dict = {"task": args.task, "splits": args.splits, "rows": {}}
+    report: dict = {"task": args.task, "splits": args.splits, "columns": columns, "rows": {}}
     for mechanism in mechanisms:
         eff = effective_params(params, args.task, mechanism)
         base = EvalConfig.from_params(eff)
@@ -209,8 +233,10 @@ def run(args) -> int:
     return 0
 
 
-def print_tables(report: dict, columns: list[str]) -> None:
+def print_tables(report: dict, chosen: list[str] | None) -> None:
+    """One markdown table per split: ``chosen`` columns, else those the report recorded per split."""
     for split in report["splits"]:
+        columns = chosen or (report.get("columns") or {}).get(split) or ROUGE_COLUMNS
         print(f"\n### {report['task']} {split}\n")
         print("| mechanism | setting | " + " | ".join(columns) + " | <unk> tokens | lines with <unk> | length |")
         print("|---|---|" + "---:|" * (len(columns) + 3))

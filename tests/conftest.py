@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from tests.helpers import build_features_project, build_toy_project, tiny_params  # noqa: E402
+from tests.helpers import SHARED_DATA, build_features_project, build_toy_project, tiny_params  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -31,6 +31,13 @@ def pytest_addoption(parser):
         help="where the tests marked 'device' run their models and training: cpu (default), cuda or cuda:N. "
         "On a GPU: pytest --device cuda -m device",
     )
+
+
+def pytest_runtest_setup(item):
+    """The tests marked ``shared_data`` read the real corpora in ../shared/data: where it is absent
+    (a user's clone) they skip, saying so, as one group (``-m "not shared_data"`` leaves them out)."""
+    if item.get_closest_marker("shared_data") and not SHARED_DATA.is_dir():
+        pytest.skip(f"needs the real corpora in {SHARED_DATA} (absent here)")
 
 
 def pytest_configure(config):

@@ -177,7 +177,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     # files, the learning curves and the comparison are unchanged and git has nothing to commit
     # (run ids, registry versions and tokens/s live in MLflow and the untracked train state).
     out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "-f"], repo, env, timeout=1200)
-    assert len(re.findall(r"Running stage '([^']+)'", out)) == 1 + 1 + 2 * len(mechs) + 1
+    assert len(re.findall(r"Running stage '([^']+)'", out)) == 1 + 1 + 1 + 2 * len(mechs) + 1
     assert run(["git", "status", "--porcelain"], repo, env).strip() == ""
 
     # The default remote (a directory beside the repository) moves prepared data between machines.
@@ -189,16 +189,25 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     assert (repo / "data/shards/copy_rules/test/manifest.json").read_text() == manifest
     assert (repo.parent / "copyseq-dvc-remote").is_dir()
 
-    # Changing train.* makes only the training stages stale (evaluate/compare follow from their outputs).
+    # Changing train.* rewrites every row's settings file (the settings stage), which makes every row's
+    # train and evaluate stages stale, and nothing else: not prepare, vocab or compare.
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["train"]["epochs"] = 1
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert changed_stages(repo, env) == {f"train@copy_rules-{m}" for m in mechs}
-    dry = run(["dvc", "repro", "--dry"], repo, env)
-    would_run = set(re.findall(r"Running stage '([^']+)'", dry))
-    assert {f"train@copy_rules-{m}" for m in mechs} <= would_run
-    assert all(s.split("@")[0] in {"train", "evaluate", "compare"} for s in would_run), would_run
-    (repo / "params.yaml").write_text(yaml.safe_dump(params_used, sort_keys=False))
+    assert changed_stages(repo, env) == {"settings"}
+    run(["dvc", "repro", "settings"], repo, env)
+    assert changed_stages(repo, env) == {f"{stage}@copy_rules-{m}" for stage in ("train", "evaluate") for m in mechs}
+    run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
+    assert changed_stages(repo, env) == set()
+
+    # One row's settings (task_settings.<task>.mechanisms.<row>) rerun that row alone, and the comparison.
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    entries = params["task_settings"]["copy_rules"].setdefault("mechanisms", {})
+    entries.setdefault("copynet", {}).setdefault("train", {})["epochs"] = 1
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["dvc", "repro", "settings"], repo, env)
+    assert changed_stages(repo, env) == {"train@copy_rules-copynet", "evaluate@copy_rules-copynet", "compare"}
+    run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
     assert changed_stages(repo, env) == set()
 
     # One train stage on two machines (docs/training.md): node 0 runs `dvc repro` of the stage (it owns
@@ -229,7 +238,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     finally:
         joined.kill()
     assert joined.returncode == 0, node1_out[-4000:]
-    assert re.findall(r"Running stage '([^']+)'", out) == ["train@copy_rules-copynet"]
+    assert re.findall(r"Running stage '([^']+)'", out) == ["settings", "train@copy_rules-copynet"]
     history = json.loads((repo / "data/checkpoints/copy_rules/copynet/history.json").read_text())
     assert [r["processes"] for r in history] == [2] * (1 + params_used["train"]["epochs"])  # step 0 + epochs
     assert (repo / "data/checkpoints/copy_rules/copynet/model.pt").exists()
@@ -242,7 +251,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     assert written and all(p.startswith("data/vocab/copy_rules/") for p in written), sorted(written)
     assert not (node1 / "mlflow.db").exists() and not (node1 / "mlruns").exists()
     assert run(["git", "status", "--porcelain"], node1, env).split() == ["M", "params.yaml"]
-    run(["git", "checkout", "params.yaml", "dvc.lock"], repo, env)
+    run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
     run(["dvc", "checkout"], repo, env)
 
     # A DVC experiment with a changed param, then compare it with `dvc metrics diff` / `exp show`.
@@ -251,7 +260,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     target = "evaluate@copy_rules-copynet"
     cmd = ["scripts/with_prefect_server.sh", "dvc", "exp", "run", "-S", "train.epochs=1", target]
     out = run(cmd, repo, env, timeout=900)
-    assert re.findall(r"Running stage '([^']+)'", out) == ["train@copy_rules-copynet", target]
+    assert re.findall(r"Running stage '([^']+)'", out) == ["settings", "train@copy_rules-copynet", target]
     diff = run(["dvc", "metrics", "diff", "--all"], repo, env)
     assert "test.top1" in diff and "copynet/metrics.json" in diff
     shown = run(["dvc", "exp", "show", "--no-pager", "--csv"], repo, env)

@@ -79,11 +79,11 @@ def toy_copy(toy_project, tmp_path) -> Path:
     ("argv", "message"),
     [
         (["--mechanisms", "wean", "--settings", "ban_unk=true"], "--mechanisms: wean not trained for toy_copy"),
-        (["--settings", "beam_size=abc"], "evaluate.beam_size must be an integer >= 1, got 'abc'"),
-        (["--settings", "beam_size=0"], "evaluate.beam_size must be an integer >= 1, got 0"),
-        (["--settings", "max_len=0"], "evaluate.max_len must be an integer >= 1, got 0"),
-        (["--settings", "max_len=-5"], "evaluate.max_len must be an integer >= 1, got -5"),
-        (["--settings", "ban_unk=maybe"], "evaluate.ban_unk must be true or false, got 'maybe'"),
+        (["--settings", "beam_size=abc"], "evaluate.beam_size is 'abc': must be an integer"),
+        (["--settings", "beam_size=0"], "evaluate.beam_size is 0: must be >= 1"),
+        (["--settings", "max_len=0"], "evaluate.max_len is 0: must be >= 1"),
+        (["--settings", "max_len=-5"], "evaluate.max_len is -5: must be >= 1"),
+        (["--settings", "ban_unk=maybe"], "evaluate.ban_unk is 'maybe': must be true or false"),
         (["--settings", "average_last=2"], "copynet kept 0 step checkpoint(s)"),
         (["--settings", "beams=3"], "--settings: 'beams=3' is not <evaluate key>=<value>"),
         (["--splits", "dev"], "--splits: no shards for dev"),
@@ -118,3 +118,35 @@ def test_default_mechanisms_skip_the_untrained_and_as_evaluated_shows_unscored_s
     assert set(rows["rnnsearch"]["as evaluated"]) == {"test"}
     assert "| rnnsearch | as evaluated | - | - | - | - |" in shown  # valid: not scored by the stage
     assert "| rnnsearch | as evaluated | 50.00 | 1 | 1 | - |" in shown
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "columns"),
+    [
+        ({}, ["top1", "top10"]),  # the toy task's metric: exact match (evaluate.topk 10)
+        ({"metric": "bleu"}, ["bleu"]),  # a text metric without compare.columns: what `tasks add` gives it
+        ({"metric": "rouge_f"}, ["rouge1", "rouge2", "rougeL"]),
+    ],
+    ids=["exact_match", "bleu", "rouge_f"],
+)
+def test_the_columns_follow_the_task_s_metric_and_hold_numbers(eval_options, toy_copy, capsys, evaluate, columns):
+    """Without --columns each split's table shows its metric's columns, as the comparison page does,
+    each with a figure: an exact-match task is not shown ROUGE columns of '-'."""
+    params = yaml.safe_load((toy_copy / "params.yaml").read_text())
+    params["evaluate"].update(evaluate)
+    (toy_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    out = toy_copy / "options.json"
+    argv = ["--task", TASK, "--params", str(toy_copy / "params.yaml"), "--mechanisms", "copynet",
+            "--settings", "beam_size=2", "--json", str(out)]  # fmt: skip
+    assert eval_options.main(argv) == 0
+    shown = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["columns"] == {"test": columns}
+    assert "| mechanism | setting | " + " | ".join(columns) + " | <unk> tokens |" in shown
+    (row,) = [line for line in shown.splitlines() if line.startswith("| copynet | beam_size=2 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")][2 : 2 + len(columns)]
+    assert all(c != "-" and float(c) == pytest.approx(report["rows"]["copynet"]["beam_size=2"]["test"][k], abs=5e-3)
+               for c, k in zip(cells, columns)), row  # fmt: skip
+    # --print shows the same tables from the --json
+    assert eval_options.main(["--print", str(out)]) == 0
+    assert row in capsys.readouterr().out

@@ -23,7 +23,7 @@ from tests.helpers import REPO, repository_copy, tiny_params
 pytestmark = pytest.mark.slow
 
 TASK = "support_replies"
-ADD = [sys.executable, "-m", "pipeline.data.tasks", "add", TASK,
+ADD = [sys.executable, "-m", "pipeline.cli", "tasks", "add", TASK,
        "--train", "data/raw/support/train.tsv", "--valid", "data/raw/support/valid.tsv",
        "--test", "data/raw/support/test.tsv", "--src-col", "question", "--tgt-col", "answer",
        "--tokenizer", "moses", "--metric", "rouge_f"]  # fmt: skip
@@ -59,7 +59,7 @@ def test_own_data_tutorial(repo_copy):
     )
     out = run(ADD, repo, env, transcript)
     assert f"added task {TASK} to params.yaml: raw input data/raw/support" in out
-    listed = run([sys.executable, "-m", "pipeline.data.tasks", "list"], repo, env, transcript)
+    listed = run([sys.executable, "-m", "pipeline.cli", "tasks", "list"], repo, env, transcript)
     assert re.search(rf"^\* {TASK} +ready$", listed, re.M), listed
 
     # Tiny settings for the test (the tutorial keeps the cpu preset): only this task, 2 short epochs.
@@ -97,5 +97,5 @@ def test_tutorial_commands_are_the_pages():
     """The page shows the commands the test above runs."""
     page = (REPO / "docs" / "own_data.md").read_text()
     assert "python -m benchmarks.support_qa --out data/raw/support --pairs 3000" in page
-    assert " ".join(["python", *ADD[1:]]) in page.replace(" \\\n    ", " ")
-    assert f"python -m pipeline.serving.predict --checkpoint data/checkpoints/{TASK}/copynet --task {TASK}" in page
+    assert " ".join(["copyseq", *ADD[3:]]) in page.replace(" \\\n    ", " ")
+    assert f"copyseq predict --checkpoint data/checkpoints/{TASK}/copynet --task {TASK}" in page

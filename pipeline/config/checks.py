@@ -1,13 +1,11 @@
-"""The checks of a task's settings that ``python -m pipeline.data.tasks add`` and every stage share,
+"""The checks of a task's settings beyond the types and ranges of the settings schema
+(:mod:`pipeline.config.schema`) that ``python -m pipeline.data.tasks add`` and every stage share,
 run before any work: a value that a stage would fail on later (or, worse, accept and silently turn
 into empty output) is refused here, with the setting named.
 
 * :func:`check_task_name`: lowercase letters, digits and ``_``, starting with a letter, at most
   :data:`MAX_TASK_NAME` characters (a task's name becomes file and directory names, MLflow
   experiment and registered-model names);
-* :func:`check_decoding`: the ``evaluate`` section's decoding settings (types and ranges:
-  ``beam_size`` >= 1, ``max_len`` >= 1, the switches true or false ...), which
-  :class:`pipeline.decoding.settings.EvalConfig` applies to itself;
 * :func:`check_serving`: the evaluate defaults within the ``serving`` limits (a model whose default
   ``beam_size``/``max_len`` a server would refuse is never registered);
 * :func:`check_subword`: the prepare stage's ``subword`` settings.
@@ -19,7 +17,6 @@ commands print its message alone and exit 2.
 from __future__ import annotations
 
 import re
-from numbers import Real
 
 from pipeline.config.validation import SettingsError
 
@@ -40,24 +37,6 @@ MIN_SUBWORD_VOCAB = 260  # byte fallback's 256 byte pieces and <unk> <s> </s> co
 # the serving limit each evaluate default must be within (pipeline.serving.predictor.ServingConfig)
 SERVING_CAPS = {"beam_size": ("max_beam_size", 20), "max_len": ("max_output_len", 200)}
 
-# evaluate key -> (kind, lowest value); kind: int, number, bool, int_or_none
-DECODING = {
-    "beam_size": ("int", 1),
-    "max_len": ("int", 1),
-    "min_len": ("int", 0),
-    "length_penalty": ("number", None),
-    "block_ngram": ("int", 0),
-    "batch_size": ("int", 1),
-    "topk": ("int", 1),
-    "max_src_len": ("int_or_none", 1),
-    "max_examples": ("int_or_none", 1),
-    "threads": ("int", 0),
-    "average_last": ("int", 0),
-    "deterministic": ("bool", None),
-    "replace_unk": ("bool", None),
-    "ban_unk": ("bool", None),
-}
-
 
 def check_task_name(name: object) -> str:
     """``name`` if it can name a task, else a :class:`SettingsError` saying why."""
@@ -69,36 +48,6 @@ def check_task_name(name: object) -> str:
             "experiments)"
         )
     return name
-
-
-def _problem(key: str, value: object, kind: str, lowest: int | None) -> str | None:
-    if kind == "bool":
-        return None if isinstance(value, bool) else "true or false"
-    if kind == "int_or_none" and value is None:
-        return None
-    if kind == "number":
-        return None if isinstance(value, Real) and not isinstance(value, bool) else "a number"
-    want = f"an integer >= {lowest}" + (" (or null)" if kind == "int_or_none" else "")
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        return want
-    return None
-
-
-def check_decoding(evaluate: dict, where: str = "evaluate") -> None:
-    """The decoding settings of an ``evaluate`` section (those present) have their types and ranges;
-    ``min_len`` is at most ``max_len``. ``where`` names the section in the message."""
-    bad = []
-    for key, (kind, lowest) in DECODING.items():
-        if key in evaluate:
-            want = _problem(key, evaluate[key], kind, lowest)
-            if want is not None:
-                bad.append(f"{where}.{key} must be {want}, got {evaluate[key]!r}")
-    if not bad:
-        min_len, max_len = evaluate.get("min_len", 0), evaluate.get("max_len")
-        if max_len is not None and min_len > max_len:
-            bad.append(f"{where}.min_len ({min_len}) must be at most {where}.max_len ({max_len})")
-    if bad:
-        raise SettingsError("; ".join(bad))
 
 
 def check_serving(evaluate: dict, serving: dict | None, where: str = "evaluate") -> None:

@@ -3,9 +3,10 @@
 Builds the three params.yaml entries of a task read by the ``parallel`` reader
 (:mod:`pipeline.data.corpora.parallel`) -- ``tasks.<name>`` (the raw input DVC watches),
 ``prepare.<name>`` (the reader's settings) and ``task_settings.<name>`` (metric, champion, compare
-columns) --, checks them (files present and inside the project, the named columns in every file,
-the reader's settings valid, the task ``ready``), and inserts them as text at the end of each block,
-so params.yaml keeps its comments and layout. ``dvc repro`` then prepares, trains, evaluates and
+columns; with ``--group-col``, ``compare.resample_by: group``) --, checks them (files present and
+inside the project, the named columns in every file, the reader's settings valid, the task
+``ready``), and inserts them as text at the end of each block, so params.yaml keeps its comments
+and layout. ``dvc repro`` then prepares, trains, evaluates and
 compares every mechanism on it: its stages iterate over ``tasks``.
 
 The raw input is the one file given (``--file`` with fractions: ``train_file: .``, the raw input
@@ -25,12 +26,14 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.config.checks import check_decoding, check_serving, check_subword, check_task_name
+from pipeline.config.checks import check_serving, check_subword, check_task_name
 from pipeline.config.params_edit import block_style, indented_yaml, insert_entries
+from pipeline.config.schema import check_params
 from pipeline.config.tasks import deep_merge, effective_params
 from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.data.corpora import parallel, tables
+from pipeline.data.corpora.inputs import NO_SUCH_FILE, unreadable
 from pipeline.data.prepare import resolve_paths
 from pipeline.io.files import write_text_atomic
 
@@ -70,6 +73,7 @@ class NewTask:
     refs_col: str | None = None
     features_col: str | None = None  # tags kept apart from the source (docs/own_data.md)
     features_sep: str = ";"
+    group_col: str | None = None  # each example's group, resampled whole by compare's intervals (docs/own_data.md)
     tokenizer: str = "whitespace"
     lang: str = "en"
     lowercase: bool = False
@@ -77,6 +81,7 @@ class NewTask:
     subword: int | None = None
     metric: str = "rouge_f"
     max_len: int | None = None
+    train_option: str = "--train"  # how the command line gave the train file(s): --train, or --file
 
 
 # --------------------------------------------------------------------------- #
@@ -95,26 +100,32 @@ def _check_name(params: dict, name: str) -> None:
 
 
 def _files(task: NewTask, root: Path) -> dict[str, list[Path]]:
-    """The files of each split given, absolute; every one must exist and lie inside the project."""
+    """The files of each split given, absolute; every one must be a readable file (not a directory, a
+    symlink loop ...: :func:`~pipeline.data.corpora.inputs.unreadable`) inside the project."""
     out: dict[str, list[Path]] = {}
     for split in ("train", "valid", "test"):
         given = getattr(task, split)
         if not given:
             continue
-        paths = [Path(p).resolve() for p in given]
-        missing = [g for g, p in zip(given, paths) if not p.is_file()]
+        option = task.train_option if split == "train" else f"--{split}"
+        problems = {g: unreadable(g) for g in given}
+        missing = [g for g, why in problems.items() if why == NO_SUCH_FILE]
         if missing:
-            raise AddTaskError(f"--{split}: no such file {', '.join(missing)}")
+            raise AddTaskError(f"{option}: no such file {', '.join(missing)}")
+        for g, why in problems.items():
+            if why is not None:
+                raise AddTaskError(f"{option} {g}: {why}")
+        paths = [Path(p).resolve() for p in given]
         outside = [g for g, p in zip(given, paths) if not p.is_relative_to(root)]
         if outside:
             raise AddTaskError(
-                f"--{split}: {', '.join(outside)} is outside the project {root} (DVC watches inputs inside it): "
+                f"{option}: {', '.join(outside)} is outside the project {root} (DVC watches inputs inside it): "
                 "copy it into a directory of its own, e.g. data/raw/<task>/"
             )
         inside = [g for g, p in zip(given, paths) if _in_outputs(p.relative_to(root))]
         if inside:
             raise AddTaskError(
-                f"--{split}: {', '.join(inside)} lies in a folder the pipeline writes (data/{{{','.join(OUTPUT_DIRS)}}}/): "
+                f"{option}: {', '.join(inside)} lies in a folder the pipeline writes (data/{{{','.join(OUTPUT_DIRS)}}}/): "
                 "DVC cannot watch an input inside a stage's output; copy it into a directory of its own, "
                 "e.g. data/raw/<task>/"
             )
@@ -159,7 +170,7 @@ def _check_columns(settings: dict, files: dict[str, list[Path]], formats: dict[s
     if "text" in formats.values():
         return
     cfg_cols = [settings.get("src_col"), settings.get("tgt_col"), *settings.get("ref_cols", [])]
-    cfg_cols += [settings[k] for k in ("refs_col", "features_col") if settings.get(k) is not None]
+    cfg_cols += [settings[k] for k in ("refs_col", "features_col", "group_col") if settings.get(k) is not None]
     header, delimiter = settings.get("header", True), settings.get("delimiter")
     for split, paths in files.items():
         found = tables.column_names(paths[0], formats[split], header, delimiter)
@@ -232,8 +243,13 @@ def prepare_settings(task: NewTask, files: dict[str, list[Path]], raw: Path, sin
             settings["features_col"] = _column(task.features_col, indexed)
             if task.features_sep != ";":
                 settings["features_sep"] = task.features_sep
-    elif task.features_col is not None:
-        raise AddTaskError("--features-col is for table files (tsv, csv, jsonl, parquet, arrow), not text files")
+        if task.group_col is not None:
+            settings["group_col"] = _column(task.group_col, indexed)
+    else:
+        for option in ("features_col", "group_col"):
+            if getattr(task, option) is not None:
+                flag = "--" + option.replace("_", "-")
+                raise AddTaskError(f"{flag} is for table files (tsv, csv, jsonl, parquet, arrow), not text files")
     settings["tokenizer"] = task.tokenizer
     if task.tokenizer == "moses":
         settings["lang"] = task.lang
@@ -249,7 +265,8 @@ def prepare_settings(task: NewTask, files: dict[str, list[Path]], raw: Path, sin
 
 
 def task_settings_entry(task: NewTask, raw: Path) -> dict:
-    """``task_settings.<name>``: the raw input, the metric, the champion and the compare columns."""
+    """``task_settings.<name>``: the raw input, the metric, the champion and the compare columns (and,
+    with a group column, ``compare.resample_by: group``: the intervals resample the shards' groups)."""
     if task.metric not in METRICS:
         raise AddTaskError(f"--metric {task.metric!r}: one of {sorted(METRICS)}")
     columns, key = METRICS[task.metric]
@@ -258,8 +275,11 @@ def task_settings_entry(task: NewTask, raw: Path) -> dict:
         evaluate["max_len"] = task.max_len
     entry: dict = {"raw": str(raw), "champion": f"valid.{key}"}  # chosen on validation, never on test
     entry["evaluate"] = evaluate
-    if columns:
-        entry["compare"] = {"columns": columns}
+    compare: dict = {"columns": columns} if columns else {}
+    if task.group_col is not None:
+        compare["resample_by"] = parallel.GROUP
+    if compare:
+        entry["compare"] = compare
     return entry
 
 
@@ -274,14 +294,13 @@ def validate(params: dict, name: str, root: Path, task_status: Callable[[dict, s
     try:
         parallel.Config.from_dict(resolve_paths(settings, root / params["tasks"][name], root))
         check_subword(subword)
+        check_params(params)  # every setting as the stages will check it (types, ranges, every row's merge)
         where = f"task_settings.{name}.evaluate"
         evaluate = effective_params(params, name)["evaluate"]
-        check_decoding(evaluate, where)
         check_serving(evaluate, params.get("serving"), where)
         for mechanism in params.get("mechanisms") or []:  # a mechanism's own overrides (task_settings, variants)
             evaluate = effective_params(params, name, mechanism)["evaluate"]
             try:
-                check_decoding(evaluate, where)
                 check_serving(evaluate, params.get("serving"), where)
             except SettingsError as err:
                 raise SettingsError(f"{err} (as {resolve(params, mechanism).name} is evaluated)") from err

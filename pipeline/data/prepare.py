@@ -25,6 +25,7 @@ process pool, or on a Dask cluster with ``task_runner: dask`` (the optional ``[d
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -34,17 +35,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from pipeline.config.checks import check_subword, check_task_name
 from pipeline.config.params import load_params, project_root, section
 from pipeline.config.paths import TaskPaths
-from pipeline.config.validation import SettingsError, dataclass_from_dict
+from pipeline.config.schema import SETTINGS, ParallelSettings, build
+from pipeline.config.validation import SettingsError
 from pipeline.data.corpora import reader_module
 from pipeline.data.text.subword import retokenize_corpus, train_sentencepiece_from_corpus
-from pipeline.io.files import write_json_atomic
-from pipeline.io.shards import portable, portable_paths, remove_stale_scratch
+from pipeline.io.files import copy_dir_atomic, write_json_atomic
+from pipeline.io.shards import portable, portable_paths, remove_stale_scratch, scratch_in, scratch_parent
 
 PATH_SUFFIXES = ("_dir", "_file")
-TASK_RUNNERS = ("local", "dask")
 
 
 def raw_input_paths(settings: dict) -> dict[str, list[str]]:
@@ -78,22 +81,17 @@ def resolve_paths(settings: dict, raw_root: Path, root: Path) -> dict:
     return out
 
 
-@dataclass(frozen=True)
-class ParallelConfig:
-    """The ``parallel`` section of params.yaml: how the prepare flow maps CPU-bound chunks."""
-
-    task_runner: str = "local"  # local: Prefect tasks handing chunks to a process pool | dask: DaskTaskRunner
-    workers: int = 0  # 0: one per CPU core
-    dask_address: str | None = None  # scheduler address of an existing Dask cluster (dask only)
+@pydantic_dataclass(frozen=True, config=SETTINGS)
+class ParallelConfig(ParallelSettings):
+    """The ``parallel`` section of params.yaml (the schema's :class:`~pipeline.config.schema.ParallelSettings`),
+    ``workers: 0`` made concrete: one per CPU core."""
 
     def __post_init__(self) -> None:
-        if self.task_runner not in TASK_RUNNERS:
-            raise ValueError(f"parallel.task_runner must be 'local' or 'dask', got {self.task_runner!r}")
         object.__setattr__(self, "workers", int(self.workers) or os.cpu_count() or 1)
 
     @classmethod
     def from_params(cls, params: dict) -> ParallelConfig:
-        return dataclass_from_dict(cls, params.get("parallel") or {})
+        return build(cls, params.get("parallel"), "parallel")
 
     @property
     def local_pool(self) -> bool:
@@ -102,9 +100,9 @@ class ParallelConfig:
 
 
 def write_subword_splits(module, cfg, out_root: Path, subword: dict, map_chunks) -> dict:
-    """The reader's word-level splits go to a hidden sibling; sentencepiece, trained on its train
-    split, re-tokenises them into ``out_root``, which also receives the model."""
-    words_root = out_root.parent / f".{out_root.name}.words"
+    """The reader's word-level splits go to a scratch directory (:func:`scratch_parent`); sentencepiece,
+    trained on its train split, re-tokenises them into ``out_root``, which also receives the model."""
+    words_root = scratch_parent(out_root) / f".{out_root.name}.words"
     shutil.rmtree(words_root, ignore_errors=True)
     try:
         module.write_splits(cfg, words_root, map_chunks=map_chunks)
@@ -136,7 +134,7 @@ def write_extra_split(
     settings = dict(section(params, "prepare", extra["corpus"]))
     module = reader_module(settings.pop("reader", None) or "")
     cfg = module.Config.from_dict(resolve_paths(settings, other_raw, root))
-    scratch = out_root.parent / f".{out_root.name}.{name}"
+    scratch = scratch_parent(out_root) / f".{out_root.name}.{name}"
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         module.write_splits(cfg, scratch, map_chunks=map_chunks)
@@ -152,7 +150,12 @@ def write_extra_split(
         )
         write_json_atomic(manifest_path, manifest)
         shutil.rmtree(out_root / name, ignore_errors=True)
-        source.rename(out_root / name)
+        try:
+            source.rename(out_root / name)
+        except OSError as err:
+            if err.errno != errno.EXDEV:
+                raise
+            copy_dir_atomic(source, out_root / name)  # the scratch folder is on another file system
         return manifest
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -200,20 +203,33 @@ def prepare_job(corpus: str, params_path: str | None = None) -> PrepareJob:
 
 
 def scratch_prefixes(out_root: Path) -> list[str]:
-    """The names of the scratch directories a prepare of ``out_root`` makes beside it: ``.<task>.words``
+    """The names of the scratch directories a prepare of ``out_root`` makes: ``.<task>.words``
     (subword), ``.<task>.<extra split>``, readers' ``.<task>.spill-*`` / ``.<task>.stage-*``, and a
     spill of the words' splits (``..<task>.words.spill-*``). Task names have no dots, so another
     task's never match."""
     return [f".{out_root.name}.", f"..{out_root.name}."]
 
 
+def scratch_folder(root: Path) -> Path:
+    """Where the prepare stage keeps its scratch (:func:`pipeline.io.shards.scratch_in`): ``data/tmp/prepare``,
+    gitignored and outside every DVC output, so neither ``git status`` nor a DVC restore ever meets a
+    scratch directory a killed run left in ``data/shards/``."""
+    return Path(root) / "data" / "tmp" / "prepare"
+
+
 def write_job(job: PrepareJob, map_chunks: Callable) -> dict:
     """The prepare stage's work: the reader's splits (re-tokenised when ``subword`` is set), then the
-    extra splits; return the manifests by split. First, whatever scratch an earlier run of this task
-    left beside ``data/shards/<task>`` (a run killed with SIGKILL cannot remove its own) is removed;
-    a live run's locked scratch is left alone (DVC runs one prepare of a task at a time)."""
-    remove_stale_scratch(job.out_root.parent, scratch_prefixes(job.out_root))
-    with portable_paths(path_bases(job.params, job.root)):
+    extra splits; return the manifests by split. Scratch goes to :func:`scratch_folder`. First, whatever
+    scratch an earlier run of this task left there, or beside ``data/shards/<task>`` where it went before
+    (a run killed with SIGKILL cannot remove its own), is removed; a live run's locked scratch is left
+    alone (DVC runs one prepare of a task at a time)."""
+    scratch = scratch_folder(job.root)
+    for parent in (job.out_root.parent, scratch):
+        remove_stale_scratch(parent, scratch_prefixes(job.out_root))
+    # A manifest names a scratch path as it was named when scratch went beside the output
+    # (data/shards/.<task>.words/...): the same data keeps giving the same manifest bytes.
+    beside = ("/".join(job.out_root.parent.relative_to(job.root).parts), scratch)
+    with portable_paths([*path_bases(job.params, job.root), beside]), scratch_in(scratch):
         return _write_job(job, map_chunks)
 
 

@@ -34,7 +34,10 @@ from pipeline.io.files import write_text_atomic
 
 
 def _exists(path: Path) -> bool:
-    return path.exists() or bool(glob.glob(str(path)))
+    try:
+        return path.exists() or bool(glob.glob(str(path)))
+    except OSError:  # a name too long for the file system: not there either
+        return False
 
 
 def missing_inputs(params: dict, task: str, raw: str | None, root: Path = REPO_ROOT) -> list[str]:
@@ -44,14 +47,14 @@ def missing_inputs(params: dict, task: str, raw: str | None, root: Path = REPO_R
     if raw is None:
         return [f"task_settings.{task}.raw is not set"]
     raw_root = root / raw  # an absolute raw stays itself
-    if not raw_root.exists():
+    if not _exists(raw_root):
         return [str(raw_root)]
     settings = section(params, "prepare", task)
     missing = []
     for values in raw_input_paths(settings).values():
         missing += [str(raw_root / v) for v in values if not _exists(raw_root / v)]
     for name, extra in (settings.get("extra_splits") or {}).items():
-        if not extra.get("optional") and not (raw_root / extra["raw"]).exists():
+        if not extra.get("optional") and not _exists(raw_root / extra["raw"]):
             missing.append(f"{raw_root / extra['raw']} (split {name})")
     return missing
 
@@ -190,6 +193,11 @@ def add_arguments(add: argparse.ArgumentParser) -> None:
     add.add_argument("--refs-col", help="a column holding a list of further references (jsonl, parquet, arrow)")
     add.add_argument("--features-col", help="a column of tags kept apart from the source (V;PST;3;SG), never copied")
     add.add_argument("--features-sep", default=";", help="what separates the tags of --features-col (default ;)")
+    add.add_argument(
+        "--group-col",
+        help="a column of each example's group (the same lemma, the same document): compare's intervals resample "
+        "whole groups",
+    )
     add.add_argument("--tokenizer", choices=TOKENIZERS, default="whitespace")
     add.add_argument("--lang", default="en", help="the language of --tokenizer moses")
     add.add_argument("--lowercase", action="store_true")
@@ -197,6 +205,12 @@ def add_arguments(add: argparse.ArgumentParser) -> None:
     add.add_argument("--subword", type=int, metavar="VOCAB_SIZE", help="sentencepiece on top, this vocabulary size")
     add.add_argument("--metric", choices=sorted(METRICS), default="rouge_f")
     add.add_argument("--max-len", type=int, help="longest output evaluate decodes (default: evaluate.max_len)")
+    add.add_argument(
+        "--mechanisms",
+        nargs="+",
+        metavar="ROW",
+        help="the rows to run it with (the printed command; default: every row)",
+    )
 
 
 def refuse(message: str) -> None:
@@ -209,8 +223,8 @@ def run_add(parser: argparse.ArgumentParser, params_path: Path, args: argparse.N
     """``add``: write the task's entries, print them and what to run next (exit 2 on a refusal)."""
     if args.file and args.train:
         refuse("give --train or --file, not both")
-    fields = {k: v for k, v in vars(args).items() if k not in {"command", "params", "file", "train"}}
-    task = NewTask(train=args.file or args.train, **fields)
+    fields = {k: v for k, v in vars(args).items() if k not in {"command", "params", "file", "train", "mechanisms"}}
+    task = NewTask(train=args.file or args.train, train_option="--file" if args.file else "--train", **fields)
     try:
         entries = add_task(params_path, task, task_status)
     except (AddTaskError, CorpusFormatError, SettingsError, yaml.YAMLError) as err:
@@ -222,7 +236,21 @@ def run_add(parser: argparse.ArgumentParser, params_path: Path, args: argparse.N
         f"({prepare.get('format', 'formats by file name')}, tokenizer {prepare['tokenizer']}), splits {', '.join(splits)}, "
         f"metric {entries['task_settings']['evaluate']['metric']}, champion {entries['task_settings']['champion']}"
     )
-    print(f"next: dvc repro prepare@{task.name}   (then `dvc repro`: every mechanism trained, evaluated, compared)")
+    if prepare.get("group_col") is not None:
+        print(
+            f"groups: column {prepare['group_col']!r} -> the shards' group column; the comparison's intervals "
+            f"resample whole groups (task_settings.{task.name}.compare.resample_by: group)"
+        )
+    rows = args.mechanisms or []
+    known = load_params(params_path).get("mechanisms") or []
+    unknown = [row for row in rows if row not in known]
+    if unknown:  # the task is added; only the printed command would be wrong
+        print(
+            f"warning: --mechanisms {', '.join(unknown)} not under `mechanisms` in {params_path.name}", file=sys.stderr
+        )
+        rows = [row for row in rows if row in known]
+    chosen = "".join(f" -m {row}" for row in rows)
+    print(f"next: copyseq run {task.name}{chosen}   (this task alone: nothing else is trained; --dry shows the stages)")
     return 0
 
 

@@ -16,14 +16,10 @@ import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 A = TypeVar("A")
 R = TypeVar("R")
-
-
-class MapChunks(Protocol):
-    def __call__(self, fn: Callable[[A], R], chunks: Iterable[A]) -> Iterator[R]: ...
 
 
 def serial_map(fn: Callable[[A], R], chunks: Iterable[A]) -> Iterator[R]:

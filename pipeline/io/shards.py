@@ -213,6 +213,32 @@ def remove_stale_temp_dirs(out_dir: str | Path) -> list[Path]:
     return removed
 
 
+_SCRATCH_FOLDER: list[Path] = []  # the folder of :func:`scratch_in` while its block runs
+
+
+@contextlib.contextmanager
+def scratch_in(folder: str | Path) -> Iterator[Path]:
+    """While the block runs, every writer's scratch (:func:`scratch_parent`) goes to ``folder``,
+    created if needed. The prepare stage passes a gitignored folder outside every DVC output
+    (:func:`pipeline.data.prepare.scratch_folder`): a scratch directory a killed run leaves is then
+    never in ``data/shards/`` (nor in ``git status``), whether or not the next run of the stage runs
+    the code that removes it (DVC may answer it from its run cache)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _SCRATCH_FOLDER.append(folder)
+    try:
+        yield folder
+    finally:
+        _SCRATCH_FOLDER.pop()
+
+
+def scratch_parent(out_root: str | Path) -> Path:
+    """The one answer to where a writer of ``out_root`` makes its scratch directories (readers' spills,
+    named ``.<out_root name>.<what>``): the folder of the :func:`scratch_in` block in progress, else
+    beside ``out_root`` (a reader called on its own, outside the prepare stage)."""
+    return _SCRATCH_FOLDER[-1] if _SCRATCH_FOLDER else Path(out_root).parent
+
+
 def remove_stale_scratch(parent: str | Path, prefixes: Iterable[str]) -> list[Path]:
     """Remove the directories in ``parent`` whose names start with one of ``prefixes`` and whose lock
     nobody holds (a :func:`scratch_dir` of a process that died, or an unlocked scratch directory of a

@@ -17,43 +17,30 @@ shows the paper's own columns; a column we do not compute is '-' in our rows.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from pipeline.config.params import section
-from pipeline.config.validation import dataclass_from_dict
+from pipeline.config.schema import SETTINGS, CompareSettings, build
 from pipeline.reporting.paper_results import PAPER_TABLES
 
 
-@dataclass(frozen=True)
-class CompareConfig:
-    """The ``compare`` section of params.yaml (a task's effective one): what its comparison page shows."""
-
-    splits: tuple[str, ...] = ("test",)  # the splits compared, in order (the first is charted)
-    topk: int = 10  # exact match: the top-k column (as evaluate.topk)
-    columns: tuple[str, ...] = ()  # metric keys (text tasks) or group names (exact match)
-    paper_tables: dict = field(default_factory=dict)  # paper table id -> the split of ours it sits beside
-    lead: tuple[int, ...] = ()  # model-free lead-N rows (pipeline.reporting.baselines)
-    resample_by: str | None = (
-        None  # the shard column of the test set's natural groups (null: the reader's, else examples)
-    )
+@pydantic_dataclass(frozen=True, config=SETTINGS)
+class CompareConfig(CompareSettings):
+    """The ``compare`` section of params.yaml (a task's effective one; the schema's
+    :class:`~pipeline.config.schema.CompareSettings`): what its comparison page shows."""
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.paper_tables if t not in PAPER_TABLES]
         if unknown:
-            raise KeyError(
+            raise ValueError(
                 f"compare.paper_tables: no paper table {unknown[0]!r} "
                 f"(pipeline/reporting/paper_results.yaml has {sorted(PAPER_TABLES)})"
             )
 
     @classmethod
-    def from_dict(cls, d: dict) -> CompareConfig:
-        d = dict(d)
-        for key in ("splits", "columns", "lead"):
-            if key in d:
-                d[key] = tuple(d[key] or ())
-        if "paper_tables" in d:
-            d["paper_tables"] = dict(d["paper_tables"] or {})
-        return dataclass_from_dict(cls, d)
+    def from_dict(cls, d: dict, where: str = "compare") -> CompareConfig:
+        return build(cls, d, where)
 
     @classmethod
     def from_params(cls, params: dict) -> CompareConfig:

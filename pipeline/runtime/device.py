@@ -6,11 +6,15 @@ deterministic kernel. Shared by training, decoding, serving and retraining."""
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 
 import torch
 
+from pipeline.config.validation import SettingsError
 from pipeline.runtime.math_pins import math_state
+
+DEVICE_FORM = re.compile(r"auto|cpu|cuda(?::(\d+))?")  # what a device setting may say; group 1: a CUDA index
 
 
 class NondeterministicOperation(RuntimeError):
@@ -37,9 +41,40 @@ def nondeterministic_ops_named(device: torch.device, setting: str):
         ) from err
 
 
-def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+def check_device(name: str, setting: str = "device", nproc: int = 1) -> None:
+    """Refuse, as one line naming ``setting``, a device this machine cannot give, before any work
+    (torch itself fails later, deep inside, and a checkpoint loaded onto a missing GPU looks corrupt):
+    not ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; CUDA without a CUDA device; an index past the last
+    device; ``nproc`` processes (train.nproc, one GPU each) on fewer GPUs."""
+    form = DEVICE_FORM.fullmatch(name) if isinstance(name, str) else None
+    if form is None:
+        raise SettingsError(f"{setting} is {name!r}: it must be auto, cpu, cuda or cuda:N (N: a CUDA device's index)")
+    cuda = torch.cuda.is_available()
+    if name == "cpu" or (name == "auto" and not cuda):
+        return
+    if not cuda:
+        raise SettingsError(
+            f"{setting} is {name!r} but this machine has no CUDA device (torch.cuda.is_available() is false); "
+            "use auto or cpu"
+        )
+    count = torch.cuda.device_count()
+    if form.group(1) is not None and int(form.group(1)) >= count:
+        raise SettingsError(
+            f"{setting} is {name!r} but this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; "
+            "use one of those, or auto"
+        )
+    if form.group(1) is None and nproc > count:  # process i of a torchrun job takes cuda:i
+        raise SettingsError(
+            f"{setting} is {name!r} with train.nproc {nproc} processes (one GPU each) but this machine has "
+            f"{count} CUDA device(s); set train.nproc to at most {count}, or {setting}: cpu"
+        )
+
+
+def resolve_device(name: str, local_rank: int | None = None, setting: str = "device") -> torch.device:
     """``auto``: CUDA when present, else the CPU; ``cuda`` in a process of a distributed job
-    (``local_rank`` given): that process's GPU."""
+    (``local_rank`` given): that process's GPU. A device this machine cannot give is a
+    :class:`SettingsError` naming ``setting`` (:func:`check_device`)."""
+    check_device(name, setting)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and local_rank is not None:

@@ -17,7 +17,7 @@ of accuracy. The pins, set in the environment before torch loads (each library r
                                  (and its children), so every CPU with AVX2 runs that one branch
 
 Why not MKL's ``COMPATIBLE`` branch (the one MKL documents for Intel *and* non-Intel CPUs, pinned
-until issue 28): it is SSE2 code, 2.5-3x slower for the matrix products that dominate training
+formerly): it is SSE2 code, 2.5-3x slower for the matrix products that dominate training
 (benchmarks/bench_math_pins.py), and it is no more vendor-neutral than the AVX2 branch for what the
 pipeline computes. What makes a branch give other bits on another vendor's CPU is an instruction
 whose result is implementation-defined (the approximate reciprocals ``rcpps``/``rsqrtps``); the
@@ -25,7 +25,7 @@ AVX2-branch kernels the pipeline runs hold none, except VML's float ``sqrt``, wh
 does not call (``benchmarks/audit_math_kernels.py`` runs every mechanism under valgrind and
 disassembles what ran).
 
-Why not ``STRICT`` (``MKL_CBWR=AVX2,STRICT``, pinned before issue 28): it makes MKL's products
+Why not ``STRICT`` (``MKL_CBWR=AVX2,STRICT``, pinned formerly): it makes MKL's products
 reproducible whatever the alignment of their arrays, at 2-3x the cost of a one-row product (the
 decoder's step on one sentence); the pipeline does not need it. Every tensor it hands MKL starts on
 a 64-byte boundary (PyTorch's CPU allocator) at an offset its shapes decide, so the alignment is

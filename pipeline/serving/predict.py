@@ -43,8 +43,10 @@ from mlflow.exceptions import MlflowException
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import load_params, project_root
 from pipeline.config.tasks import effective_params
+from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.io.files import atomic_path
+from pipeline.runtime.device import check_device
 from pipeline.serving.predictor import InputRejected, ServingConfig
 from pipeline.serving.pyfunc import local_model
 from pipeline.tracking.runs import tracking_uri
@@ -271,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     is not UTF-8 or over a serving limit, a checkpoint that does not fit its settings, a missing file."""
     args = parse_args(argv)
     try:
+        if args.checkpoint:  # before any input is read (on a missing GPU, model.pt would look corrupt)
+            check_device(args.device, "--device")
         inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
         inp = inp if args.input == "-" else open(args.input, "rb")
         try:
@@ -282,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if args.input != "-":
                 inp.close()
-    except (PredictError, OSError) as err:
+    except (PredictError, SettingsError, OSError) as err:
         return fail(str(err))
     except MlflowException as err:  # a registered model that does not exist, a store that cannot be read
         return fail(err.message)

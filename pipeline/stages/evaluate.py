@@ -18,7 +18,8 @@ from pathlib import Path
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import load_params, project_root, section
 from pipeline.config.paths import TaskPaths
-from pipeline.config.tasks import effective_params, selection_metric
+from pipeline.config.rows import stage_params
+from pipeline.config.tasks import selection_metric
 from pipeline.config.variants import resolve
 from pipeline.data.corpora.raw_input import accepts_raw_text, detokenize
 from pipeline.decoding.decode import copy_trace, decode_table, decode_words
@@ -198,11 +199,11 @@ def register_model(
 
 def run(task_name: str, mechanism: str, params_path: str | None = None, step: Callable = lambda fn: fn) -> dict:
     """The stage; ``step`` wraps its units of work (the flow makes them Prefect tasks). The metrics by split."""
-    params = effective_params(load_params(params_path), task_name, mechanism)
+    params = stage_params(load_params(params_path), task_name, mechanism)  # data/settings/<task>/<row>.json
     cfg = EvalConfig.from_params(params)
     paths = TaskPaths(task_name, project_root(params_path))
     serving = serving_config(paths, mechanism, params)  # checked before any decoding
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, setting="evaluate.device")  # one line if this machine lacks it
     compute = compute_settings(cfg.threads, cfg.deterministic)  # recorded on the run below
     # A row on a pretrained backbone decodes with that backbone's tokenizer vocabulary (the vocab stage's).
     vocab_dir = row_vocab_dir(paths.vocab, params.get("model"), resolve(params, mechanism).mechanism)

@@ -24,11 +24,11 @@ from pathlib import Path
 
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
-from pipeline.config.tasks import effective_params
+from pipeline.config.rows import stage_params
 from pipeline.decoding.validation import job_scorer
 from pipeline.io.files import sha256_file, write_text_atomic
 from pipeline.io.shards import read_manifest
-from pipeline.runtime.device import compute_settings, resolve_device
+from pipeline.runtime.device import check_device, compute_settings, resolve_device
 from pipeline.tracking.handoff import RunRecord
 from pipeline.tracking.runs import (
     RunLogger,
@@ -39,9 +39,17 @@ from pipeline.tracking.runs import (
     task_manifests,
 )
 from pipeline.tracking.settings import TrackingConfig
-from pipeline.training.distributed import OWNER_ENV, init_from_env, lost_contact, shutdown, torchrun_command
+from pipeline.training.distributed import (
+    OWNER_ENV,
+    check_rdzv_endpoint,
+    init_from_env,
+    lost_contact,
+    shutdown,
+    torchrun_command,
+)
 from pipeline.training.job import TrainJob
 from pipeline.training.loop import without_wall_clock
+from pipeline.training.settings import TrainConfig
 
 WORKER = "pipeline.stages.train"  # the module every torchrun process runs (worker_main)
 
@@ -128,8 +136,12 @@ def remove_other_seeds(job: TrainJob) -> None:
     folder = job.paths.checkpoints(job.mechanism) / "seeds"
     keep = {str(seed) for seed in job.seeds[1:]}
     for stale in folder.iterdir() if folder.is_dir() else []:
-        if stale.name not in keep:
+        if stale.name in keep:
+            continue
+        if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale)
+        else:  # anything else placed there (a stray file, a link): not a seed of this run either
+            stale.unlink()
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
 
@@ -163,13 +175,25 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     """The stage: the task's effective params for ``mechanism``, then :func:`fit` (as ``step(fit)``:
     the flow makes it a Prefect task); the last learning-curve row."""
     raw = load_params(params_path)
-    params = effective_params(raw, task_name, mechanism)
+    params = stage_params(raw, task_name, mechanism)  # the row's slice: data/settings/<task>/<row>.json
+    check_before_work(params, hosts_rendezvous=True)
     # every mechanism's run under the one parent of the task's pipeline run (the compare stage's):
     # keyed by the task's params, not by this mechanism's overrides
     key = pipeline_params(raw, task_name)
     last = step(fit)(TaskPaths(task_name, project_root(params_path)), mechanism, params, params_path, key)
     print(f"{task_name}/{mechanism}: " + ", ".join(f"{k} {v:.4g}" for k, v in last.items()))
     return last
+
+
+def check_before_work(params: dict, hosts_rendezvous: bool) -> TrainConfig:
+    """What torch and torchrun would refuse only late (deep inside, after a wait, or blaming a good
+    checkpoint), refused as one line before any data is read: ``train.device`` on this machine and,
+    with several machines, ``train.rdzv_endpoint`` (this machine's own address when it
+    ``hosts_rendezvous``: the one that runs the stage). The train settings."""
+    cfg = TrainConfig.from_dict(params.get("train") or {})
+    check_device(cfg.device, "train.device", cfg.nproc)
+    check_rdzv_endpoint(cfg.rdzv_endpoint, cfg.nnodes, host=hosts_rendezvous)
+    return cfg
 
 
 # --------------------------------------------------------------------------- #
@@ -245,7 +269,7 @@ def worker_main(argv: list[str] | None = None) -> None:
         "--run-key", default="", help="the training run's identity (a last.pt of another is not resumed)"
     )
     args = parser.parse_args(argv)
-    params = effective_params(load_params(args.params), args.task, args.mechanism)
+    params = stage_params(load_params(args.params), args.task, args.mechanism)
     job = TrainJob(TaskPaths(args.task, project_root(args.params)), args.mechanism, params)
     ctx = init_from_env(resolve_device(job.train_cfg.device).type, job.train_cfg.rdzv_timeout)
     if ctx.enabled and ctx.is_main:

@@ -17,23 +17,26 @@ machine that runs the stage sends its step checkpoint to all.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
-from pipeline.config.tasks import effective_params
-from pipeline.stages.train import launch, worker_args
+from pipeline.config.rows import stage_params
+from pipeline.config.validation import InputError, SettingsError
+from pipeline.stages.train import check_before_work, launch, worker_args
 from pipeline.training.job import TrainJob
 
 
 def join(task: str, mechanism: str, params_path: str | None = None) -> None:
     """Run this machine's processes of the job until it ends (raises ``TrainingJobFailed`` if it fails)."""
-    params = effective_params(load_params(params_path), task, mechanism)
-    job = TrainJob(TaskPaths(task, project_root(params_path)), mechanism, params)
-    if job.train_cfg.nnodes < 2:
-        raise ValueError(
-            f"train.nnodes is {job.train_cfg.nnodes} for {task}/{mechanism}: there is no other machine's job to "
+    params = stage_params(load_params(params_path), task, mechanism)
+    train = check_before_work(params, hosts_rendezvous=False)  # the stage's machine hosts the rendezvous
+    if train.nnodes < 2:
+        raise SettingsError(
+            f"train.nnodes is {train.nnodes} for {task}/{mechanism}: there is no other machine's job to "
             "join; run the stage itself (dvc repro) instead"
         )
+    job = TrainJob(TaskPaths(task, project_root(params_path)), mechanism, params)
     launch(job, worker_args(job, params_path, None), owner=False)
 
 
@@ -43,7 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mechanism", required=True)
     parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
     args = parser.parse_args(argv)
-    join(args.task, args.mechanism, args.params)
+    try:
+        join(args.task, args.mechanism, args.params)
+    except (InputError, FileNotFoundError) as err:  # as flows.cli: the message alone, last, exit 2
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

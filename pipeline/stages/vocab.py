@@ -5,17 +5,20 @@ id-encoded with them (:mod:`pipeline.vocab.encoded`), so training does no string
 For each pretrained backbone a row of the task runs on (``model.backbone``, docs/pretrained.md), the
 stage records the backbone's tokenizer instead of counting words: ``backbones/<name>/`` holds the
 tokenizer's files, its sha256 and special ids (``backbone.json``), its pieces as ``src.vocab`` /
-``tgt.vocab`` and the splits encoded in pieces (:mod:`pipeline.vocab.tokenizer`)."""
+``tgt.vocab`` and the splits encoded in pieces (:mod:`pipeline.vocab.tokenizer`). Every such backbone
+is probed first, before any split is read (:mod:`pipeline.vocab.backbone_probe`: a missing directory,
+a broken ``config.json``, a model that is no encoder-decoder, a tokenizer that is not the model's):
+one line naming the setting that names it (:func:`backbone_setting`)."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pipeline.config.backbones import backbone_vocab_dir, row_backbone
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
-from pipeline.config.tasks import effective_params
+from pipeline.config.tasks import effective_params, preset_overrides, task_settings
 from pipeline.config.variants import resolve
 from pipeline.vocab.encoded import write_encoded_split
 from pipeline.vocab.tokenizer import BackboneTokenizer
@@ -52,19 +55,69 @@ def encode(paths: TaskPaths, split: str) -> int:
 
 def task_backbones(params: dict, task_name: str) -> list[str]:
     """The distinct backbones the task's rows run on (``mechanisms``, variants and task settings applied)."""
-    names = []
+    return list(backbone_settings(params, task_name))
+
+
+def backbone_settings(params: dict, task_name: str) -> dict[str, str]:
+    """Each distinct backbone the task's rows run on -> the setting that names it for the first of
+    those rows (:func:`backbone_setting`), in the order of ``mechanisms``."""
+    out: dict[str, str] = {}
     for row in params.get("mechanisms") or []:
         row_params = effective_params(params, task_name, row)
         backbone = row_backbone(row_params.get("model"), resolve(row_params, row).mechanism)
-        if backbone is not None and backbone not in names:
-            names.append(backbone)
-    return names
+        if backbone is not None and backbone not in out:
+            out[backbone] = backbone_setting(params, task_name, row)
+    return out
 
 
-def tokenize(paths: TaskPaths, backbone: str) -> dict:
-    """The backbone's tokenizer recorded and the train/valid splits encoded in its pieces; the record."""
+def backbone_setting(params: dict, task_name: str, row: str) -> str:
+    """Where params.yaml sets the backbone of ``row``, as a dotted path (``model.backbone``,
+    ``variants.<row>.model.backbone``, ``task_settings.<task>.presets.<preset>.mechanisms.<row>.model.backbone``
+    ...): the last of the layers :func:`~pipeline.config.tasks.effective_params` merges that sets the key
+    :func:`~pipeline.config.backbones.row_backbone` reads (``model.<base>.backbone`` before ``model.backbone``)."""
+    variant = resolve(params, row)
+    base = variant.mechanism
+    settings, preset = task_settings(params, task_name), preset_overrides(params, task_name)
+    own, chosen = f"task_settings.{task_name}", f"task_settings.{task_name}.presets.{params.get('preset')}"
+
+    def entry(layer: Mapping, name: str) -> Mapping:
+        return ((layer.get("mechanisms") or {}).get(name)) or {}
+
+    layers = [("", params), (f"{own}.", settings), (f"{chosen}.", preset)]
+    layers += [
+        (f"{own}.mechanisms.{base}.", entry(settings, base)),
+        (f"{chosen}.mechanisms.{base}.", entry(preset, base)),
+    ]
+    if variant.is_variant:
+        layers += [(f"variants.{row}.", variant.overrides)]
+        layers += [
+            (f"{own}.mechanisms.{row}.", entry(settings, row)),
+            (f"{chosen}.mechanisms.{row}.", entry(preset, row)),
+        ]
+    for keys in ((base, "backbone"), ("backbone",)):
+        where, value = None, None
+        for prefix, layer in layers:
+            section = layer.get("model")
+            for key in keys[:-1]:
+                section = section.get(key) if isinstance(section, Mapping) else None
+            if isinstance(section, Mapping) and keys[-1] in section:
+                where, value = f"{prefix}model.{'.'.join(keys)}", section[keys[-1]]
+        if value is not None:
+            return where
+    return "model.backbone"
+
+
+def probe(backbones: Mapping[str, str]) -> dict[str, BackboneTokenizer]:
+    """Each backbone (name -> the setting naming it) probed and its tokenizer loaded, before any work:
+    a backbone that cannot work is a ``SettingsError`` naming the setting."""
+    return {name: BackboneTokenizer.from_backbone(name, setting) for name, setting in backbones.items()}
+
+
+def tokenize(paths: TaskPaths, backbone: str, tokenizer: BackboneTokenizer | None = None) -> dict:
+    """The backbone's tokenizer (``tokenizer``: already loaded, by :func:`probe`) recorded and the
+    train/valid splits encoded in its pieces; the record."""
     out = backbone_vocab_dir(paths.vocab, backbone)
-    tokenizer = BackboneTokenizer.from_backbone(backbone)
+    tokenizer = tokenizer or BackboneTokenizer.from_backbone(backbone)
     record = tokenizer.save(out)
     for split in ("train", "valid"):
         write_encoded_split(
@@ -78,6 +131,7 @@ def run(task_name: str, params_path: str | None = None, step: Callable = lambda 
     raw = load_params(params_path)
     cfg = VocabConfig.from_params(effective_params(raw, task_name))
     paths = TaskPaths(task_name, project_root(params_path))
+    tokenizers = probe(backbone_settings(raw, task_name))  # every backbone checked before any split is read
     sizes = {
         "src": step(build)(paths, "src", cfg.src_max_size, cfg.min_count),
         "tgt": step(build)(paths, "tgt", cfg.tgt_max_size, cfg.min_count),
@@ -89,15 +143,14 @@ def run(task_name: str, params_path: str | None = None, step: Callable = lambda 
         f"encoded {rows['train']} train and {rows['valid']} valid rows"
         + (f"; {features - 4} feature tags" if features else "")
     )
-    backbones = task_backbones(raw, task_name)
     stale = paths.vocab / "backbones"
     if stale.is_dir():  # a backbone no row uses any more leaves nothing behind in the stage's output
-        keep = {backbone_vocab_dir(paths.vocab, name).name for name in backbones}
+        keep = {backbone_vocab_dir(paths.vocab, name).name for name in tokenizers}
         for old in stale.iterdir():
             if old.name not in keep:
                 shutil.rmtree(old)
-    for backbone in backbones:
-        record = step(tokenize)(paths, backbone)
+    for backbone, tokenizer in tokenizers.items():
+        record = step(tokenize)(paths, backbone, tokenizer)
         print(
             f"{task_name}: backbone {backbone}: its tokenizer's {record['vocab_size']} pieces "
             f"(sha256 {record['tokenizer_sha256'][:12]}) encode the train and valid splits"

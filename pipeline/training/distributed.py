@@ -16,7 +16,10 @@ gradient of one process on the combined batch.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,7 +27,12 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from pipeline.config.validation import SettingsError
+
 OWNER_ENV = "COPYSEQ_TRAIN_OWNER"  # "1": this node's launcher is the train stage (it owns the outputs)
+ENDPOINT_HELP = "give host:port of the machine that runs the stage, reachable from every machine (e.g. 10.0.0.1:29500)"
+# host:port, or [IPv6]:port; the host a name or an IPv4 address (checked further by getaddrinfo)
+ENDPOINT = re.compile(r"\[(?P<ipv6>[^\[\]]+)\]:(?P<port>\d+)|(?P<host>[\w.-]+):(?P<port2>\d+)")
 
 
 class JobMismatch(RuntimeError):
@@ -171,7 +179,7 @@ def torchrun_command(
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     if nnodes > 1:
         if not rdzv_endpoint:
-            raise ValueError("train.nnodes > 1 needs train.rdzv_endpoint (host:port of the rendezvous)")
+            raise SettingsError(f"train.nnodes is {nnodes} but train.rdzv_endpoint is not set: {ENDPOINT_HELP}")
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
         conf = ([f"join_timeout={rdzv_timeout}", f"read_timeout={rdzv_timeout}"] if rdzv_timeout else []) + (
             [f"is_host={int(rdzv_host)}"] if rdzv_host is not None else []
@@ -180,3 +188,67 @@ def torchrun_command(
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", module, *args]
+
+
+# --------------------------------------------------------------------------- #
+# The rendezvous endpoint, checked before torchrun starts
+# --------------------------------------------------------------------------- #
+
+
+def parse_rdzv_endpoint(endpoint) -> tuple[str, int]:
+    """``train.rdzv_endpoint`` as (host, port); anything but host:port (an IPv6 address in brackets,
+    port 1-65535) is a :class:`SettingsError` naming the setting."""
+    form = ENDPOINT.fullmatch(endpoint) if isinstance(endpoint, str) else None
+    if form is not None:
+        host, port = form["host"] or form["ipv6"], int(form["port"] or form["port2"])
+        if 0 < port < 65536 and (form["ipv6"] is None or _is_ipv6(host)):
+            return host, port
+    raise SettingsError(
+        f"train.rdzv_endpoint is {endpoint!r}: it must be host:port with a port from 1 to 65535 (an IPv6 "
+        f"address in brackets: [fd00::1]:29500); {ENDPOINT_HELP}"
+    )
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
+def check_rdzv_endpoint(endpoint, nnodes: int, host: bool) -> None:
+    """Before torchrun starts (whose own errors come after a wait, deep in a traceback): with ``nnodes``
+    > 1, ``train.rdzv_endpoint`` is set, parses (:func:`parse_rdzv_endpoint`) and its host resolves;
+    on the machine that ``host``s the rendezvous (the one running the stage), to an address of this
+    machine: one a socket can bind (the kernel refuses another machine's address), loopback included."""
+    if nnodes <= 1:
+        return
+    if not endpoint:
+        raise SettingsError(f"train.nnodes is {nnodes} but train.rdzv_endpoint is not set: {ENDPOINT_HELP}")
+    name, port = parse_rdzv_endpoint(endpoint)
+    said = f"train.rdzv_endpoint is {endpoint!r}"
+    try:
+        resolved = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        raise SettingsError(f"{said} but the host {name} does not resolve ({err}); {ENDPOINT_HELP}") from None
+    if not host:
+        return
+    addresses = sorted({sockaddr[0] for *_, sockaddr in resolved})
+    if all(ipaddress.ip_address(a.split("%")[0]).is_unspecified for a in addresses):
+        raise SettingsError(f"{said}: {name} means any address, which no other machine can reach; {ENDPOINT_HELP}")
+    if not any(_binds(family, sockaddr) for family, _, _, _, sockaddr in resolved):
+        shown = name if addresses == [name] else f"{name} ({', '.join(addresses)})"
+        raise SettingsError(
+            f"{said} but {shown} is not an address of this machine, which runs the stage and so hosts the "
+            f"rendezvous: give one of its own addresses that the other machines reach (or run the stage on {name})"
+        )
+
+
+def _binds(family: int, sockaddr: tuple) -> bool:
+    """Whether a socket binds to ``sockaddr``'s address (on any free port): only this machine's own do."""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((sockaddr[0], 0, *sockaddr[2:]))
+        return True
+    except OSError:
+        return False

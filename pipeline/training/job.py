@@ -20,6 +20,7 @@ from models.registry import MECHANISMS, model_config, reads_source_words
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import section
 from pipeline.config.paths import TaskPaths
+from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.training.checkpoints import vocab_identity
 from pipeline.training.distributed import ONE_PROCESS, DistContext
@@ -45,13 +46,16 @@ class TrainJob:
         self.tgt_vocab = Vocab.load(vocab_dir / "tgt.vocab")
         # A task with a features column: the tags' vocabulary (the task's, whatever the row's vocab_dir).
         self.features_vocab = load_features_vocab(self.paths.vocab)
-        self.model_cfg = model_config(
-            section(self.params, "model"),
-            self.base,
-            src_vocab=len(self.src_vocab),
-            tgt_vocab=len(self.tgt_vocab),
-            features_vocab=len(self.features_vocab) if self.features_vocab is not None else 0,
-        )
+        try:  # the mechanism's own options (model.<mechanism>) and the sizes it accepts, before any work
+            self.model_cfg = model_config(
+                section(self.params, "model"),
+                self.base,
+                src_vocab=len(self.src_vocab),
+                tgt_vocab=len(self.tgt_vocab),
+                features_vocab=len(self.features_vocab) if self.features_vocab is not None else 0,
+            )
+        except ValueError as err:
+            raise SettingsError(f"params.yaml ({self.mechanism}): {err}") from None
         evaluate = self.params.get("evaluate") or {}
         valid_kind = (evaluate.get("split_metrics") or {}).get("valid", evaluate.get("metric", "exact_match"))
         self.train_cfg = TrainConfig.from_dict(section(self.params, "train")).resolved(valid_kind)

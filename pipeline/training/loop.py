@@ -8,10 +8,16 @@ Checkpoint directory layout (rank 0 writes; every file is written to a temp name
   last.pt      model, optimizer, schedule, early-stopping state and the position in the epoch
                (epoch, batches done, optimizer steps): written every ``checkpoint_every`` steps,
                every ``checkpoint_minutes`` minutes, at each validation and at the end of an epoch
-  model.pt     weights of the best validation so far, with the model config (for evaluation)
+  model.pt     weights of the best validation, with the model config (for evaluation)
   history.json one row per validation (the learning curve)
   steps/       with train.keep_checkpoints K: the weights at each of the last K validations
                (step-<step>.pt, model.pt's format), for checkpoint averaging (pipeline.training.averaging)
+  .next/       the run in progress: its model.pt (best so far), history.json and steps/, in the same
+               layout. Only a run that completes and beats the untrained model moves them over the
+               three above (:func:`promote`, model.pt last); a run that fails (``NoImprovement``,
+               ``NonFiniteLoss``) removes .next/, and an interrupted one leaves it for its resumption
+               (a fresh run removes it first). So no run deletes an earlier run's model.pt, history.json
+               or steps/ without replacing them with complete ones of its own.
 
 Gradient accumulation (``train.update_freq`` N): each optimizer step sums the gradients of N
 consecutive batches (of every rank), scaled so the step is the gradient of the mean loss over all
@@ -35,6 +41,8 @@ import hashlib
 import itertools
 import json
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -51,7 +59,7 @@ from models.graphed import bucket_shape
 from models.registry import build_model
 from pipeline.io.files import write_json_atomic
 from pipeline.runtime.device import autocast, compute_settings, nondeterministic_ops_named, resolve_device
-from pipeline.training.averaging import prune, snapshot_path
+from pipeline.training.averaging import STEPS_DIR, prune, snapshot_path
 from pipeline.training.checkpoints import save_atomic
 from pipeline.training.distributed import (
     ONE_PROCESS,
@@ -73,7 +81,43 @@ class NonFiniteLoss(RuntimeError):
 
 
 class NoImprovement(RuntimeError):
-    """No validation beat the untrained model's: the run produced no usable model."""
+    """No validation beat the untrained model's: the run produced no usable model (an earlier run's
+    model.pt, if any, is kept)."""
+
+
+STAGING = ".next"  # the run in progress' model.pt, history.json and steps/ (see the module docstring)
+
+
+def staging_dir(ckpt_dir: Path) -> Path:
+    """Where a run writes its outputs until it completes: a hidden folder of ``ckpt_dir``."""
+    return Path(ckpt_dir) / STAGING
+
+
+def promote(ckpt_dir: Path) -> None:
+    """Move a completed run's staged steps/, history.json and model.pt over ``ckpt_dir``'s (each by
+    rename; model.pt last, so a model.pt of this run means the rest is too), then remove the staging
+    folder. The earlier run's steps/ are replaced even when this run keeps none: they are not of its model."""
+    ckpt_dir, staged = Path(ckpt_dir), staging_dir(ckpt_dir)
+    if (ckpt_dir / STEPS_DIR).exists():
+        os.replace(ckpt_dir / STEPS_DIR, staged / f".{STEPS_DIR}.replaced")  # removed with the staging folder
+    if (staged / STEPS_DIR).exists():
+        os.replace(staged / STEPS_DIR, ckpt_dir / STEPS_DIR)
+    for name in ("history.json", "model.pt"):
+        os.replace(staged / name, ckpt_dir / name)
+    shutil.rmtree(staged)
+
+
+def discard_staged(ckpt_dir: Path) -> None:
+    """Remove a run's staged outputs (a failed run, or what an interrupted one left to a fresh run)."""
+    shutil.rmtree(staging_dir(ckpt_dir), ignore_errors=True)
+
+
+def kept_or_none(ckpt_dir: Path) -> str:
+    """What a failed run leaves as model.pt, in words."""
+    model = Path(ckpt_dir) / "model.pt"
+    if model.exists():
+        return f"the earlier {model} was kept, not replaced by this run's"
+    return f"no model.pt was written to {ckpt_dir}"
 
 
 def seed_everything(seed: int) -> None:
@@ -232,9 +276,12 @@ def train(
     validation split (higher is better; :mod:`pipeline.decoding.validation`), required by
     ``train.select_by: metric``, where it chooses model.pt and early stopping (the loss breaks ties; the
     plateau decay still reads the loss, so the training itself is the same under either choice). Raises ``NonFiniteLoss`` on a NaN/inf
-        loss and ``NoImprovement`` when no validation beat the untrained model's (model.pt is then removed)."""
+        loss and ``NoImprovement`` when no validation beat the untrained model's. ``ckpt_dir``'s model.pt,
+        history.json and steps/ are replaced only when the run completes without either (see the
+        module docstring: until then they are staged in ``ckpt_dir/.next``)."""
     ckpt_dir = Path(ckpt_dir)
     state_dir = Path(state_dir) if state_dir is not None else ckpt_dir
+    staged = staging_dir(ckpt_dir)  # model.pt, history.json and steps/ of this run until it completes
     if cfg.select_by == "metric" and score_valid is None and ctx.is_main:
         raise ValueError("train.select_by: metric needs the task's validation metric (score_valid)")
     device = resolve_device(cfg.device, ctx.local_rank if ctx.enabled else None)
@@ -270,22 +317,21 @@ def train(
     last = state_dir / "last.pt"
     ckpt, resumed = None, False
     if ctx.is_main:  # the main rank decides from its own files; the others follow (they may have none)
-        for stale in {*ckpt_dir.glob(".*.tmp"), *state_dir.glob(".*.tmp")}:  # of a write a killed run never finished
+        # of a write a killed run never finished
+        for stale in {*ckpt_dir.glob(".*.tmp"), *state_dir.glob(".*.tmp"), *staged.rglob(".*.tmp")}:
             stale.unlink(missing_ok=True)
         ckpt = _load_resumable(last, device if not ctx.enabled else torch.device("cpu"))
         resumed = ckpt is not None and ckpt.get("fingerprint") == fp and not ckpt["progress"]["completed"]
         if ckpt is not None and ckpt.get("fingerprint") != fp:
             print(f"{last} is of other settings, data or training run; starting afresh", file=sys.stderr)
-        if resumed and math.isfinite(ckpt["progress"]["best"]) and not (ckpt_dir / "model.pt").exists():
+        if resumed and math.isfinite(ckpt["progress"]["best"]) and not (staged / "model.pt").exists():
             # The best weights so far are gone (DVC deletes a stage output it holds no record of: `dvc exp run`
             # after an interrupted run does): resumed, a run whose best epoch came before the interruption
             # would end without a model.pt.
             resumed = False
-            print(f"{ckpt_dir / 'model.pt'} (the best weights before {last}) is gone; starting afresh", file=sys.stderr)
-        if not resumed:  # a fresh run: no output of a previous run may stay behind as its own
-            for name in ("model.pt", "history.json"):
-                (ckpt_dir / name).unlink(missing_ok=True)
-            prune(ckpt_dir, 0)
+            print(f"{staged / 'model.pt'} (the best weights before {last}) is gone; starting afresh", file=sys.stderr)
+        if not resumed:  # a fresh run: what an interrupted one staged is not its own (the outputs stay)
+            discard_staged(ckpt_dir)
     # With several processes the main rank's checkpoint goes to all: another machine has no last.pt.
     ckpt = broadcast_from_main(ckpt if resumed else None, ctx)
     resumed = ckpt is not None
@@ -347,19 +393,19 @@ def train(
                         "valid_loss": row["valid_loss"],
                         **({metric_name: row[metric_name]} if cfg.select_by == "metric" else {}),
                     },
-                    ckpt_dir / "model.pt",
+                    staged / "model.pt",
                 )
         if ctx.is_main and cfg.keep_checkpoints and prog.step:
             weights = {"model": model.state_dict(), "model_config": model_config, **(model_info or {})}
             save_atomic(
                 {**weights, "step": prog.step, "epoch": prog.epoch, "valid_loss": row["valid_loss"]},
-                snapshot_path(ckpt_dir, prog.step),
+                snapshot_path(staged, prog.step),
             )
-            prune(ckpt_dir, cfg.keep_checkpoints)
+            prune(staged, cfg.keep_checkpoints)
         schedule.observe(row["valid_loss"])
         stopper.observe(criterion)
         if ctx.is_main:
-            write_json_atomic(ckpt_dir / "history.json", without_wall_clock(prog.history))
+            write_json_atomic(staged / "history.json", without_wall_clock(prog.history))
             trained = f"train_loss {row['train_loss']:.4f} " if row["train_loss"] is not None else "(untrained) "
             metric = f"{metric_name} {row[metric_name]:.2f} " if metric_name in row else ""
             print(
@@ -373,72 +419,97 @@ def train(
     def finished() -> bool:
         return stopper.should_stop or (cfg.max_steps is not None and prog.step >= cfg.max_steps)
 
-    rows = row_range(train_split, cfg.max_train_examples)
-    lengths = train_split.lengths()
-    if not prog.history:  # the untrained model's validation loss: the baseline training must beat
-        validate(0.0)
-    model.train()
-    clock = last_ckpt = time.perf_counter()
-    while prog.epoch <= cfg.epochs and not finished():
-        batches = shard_batches(epoch_batches(lengths, rows, cfg, shuffle=True, seed=cfg.seed + prog.epoch), ctx)
-        loader = batch_loader(train_split, batches[prog.batch :], cfg, device, source_vocab)
-        bar = tqdm(
-            loader,
-            desc=f"epoch {prog.epoch}/{cfg.epochs}",
-            unit="batch",
-            initial=prog.batch,
-            total=len(batches),
-            disable=True
-            if not ctx.is_main
-            else (None if progress is None else not progress),  # None: off without a TTY
-            mininterval=1.0,
-            leave=False,
-        )
-        for group in accumulation_groups(bar, cfg.update_freq):
-            group = [batch.to(device, non_blocking=True) for batch in group]
-            with nondeterministic_ops_named(device, "train.deterministic"):
-                loss_value = _train_step(net, model, optimizer, schedule, group, cfg, device, ctx, prog)
-            prog.batch += len(group)
-            if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
-                on_step(
-                    {"step": prog.step, "epoch": prog.epoch, "loss": loss_value, "lr": optimizer.param_groups[0]["lr"]}
-                )
-            if cfg.validate_every and prog.step % cfg.validate_every == 0:
-                validate(time.perf_counter() - clock)
-                clock = time.perf_counter()
-                checkpoint()
-                last_ckpt = time.perf_counter()
-            elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or (
-                cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes
-            ):
-                checkpoint()
-                last_ckpt = time.perf_counter()
+    def fit() -> None:
+        """The epochs from where ``prog`` stands, then the validation of the steps since the last one."""
+        rows = row_range(train_split, cfg.max_train_examples)
+        lengths = train_split.lengths()
+        if not prog.history:  # the untrained model's validation loss: the baseline training must beat
+            validate(0.0)
+        model.train()
+        clock = last_ckpt = time.perf_counter()
+        while prog.epoch <= cfg.epochs and not finished():
+            batches = shard_batches(epoch_batches(lengths, rows, cfg, shuffle=True, seed=cfg.seed + prog.epoch), ctx)
+            loader = batch_loader(train_split, batches[prog.batch :], cfg, device, source_vocab)
+            bar = tqdm(
+                loader,
+                desc=f"epoch {prog.epoch}/{cfg.epochs}",
+                unit="batch",
+                initial=prog.batch,
+                total=len(batches),
+                disable=True
+                if not ctx.is_main
+                else (None if progress is None else not progress),  # None: off without a TTY
+                mininterval=1.0,
+                leave=False,
+            )
+            for group in accumulation_groups(bar, cfg.update_freq):
+                group = [batch.to(device, non_blocking=True) for batch in group]
+                with nondeterministic_ops_named(device, "train.deterministic"):
+                    loss_value = _train_step(net, model, optimizer, schedule, group, cfg, device, ctx, prog)
+                prog.batch += len(group)
+                if ctx.is_main and on_step is not None and prog.step % cfg.log_every == 0:
+                    on_step(
+                        {
+                            "step": prog.step,
+                            "epoch": prog.epoch,
+                            "loss": loss_value,
+                            "lr": optimizer.param_groups[0]["lr"],
+                        }
+                    )
+                if cfg.validate_every and prog.step % cfg.validate_every == 0:
+                    validate(time.perf_counter() - clock)
+                    clock = time.perf_counter()
+                    checkpoint()
+                    last_ckpt = time.perf_counter()
+                elif (cfg.checkpoint_every and prog.step % cfg.checkpoint_every == 0) or (
+                    cfg.checkpoint_minutes and time.perf_counter() - last_ckpt >= 60 * cfg.checkpoint_minutes
+                ):
+                    checkpoint()
+                    last_ckpt = time.perf_counter()
+                if finished():
+                    break
             if finished():
                 break
-        if finished():
-            break
-        if not cfg.validate_every:  # validate at each epoch's end
+            if not cfg.validate_every:  # validate at each epoch's end
+                validate(time.perf_counter() - clock)
+                clock = time.perf_counter()
+            prog.epoch, prog.batch = prog.epoch + 1, 0
+            if prog.epoch <= cfg.epochs and not finished():
+                checkpoint()
+                last_ckpt = time.perf_counter()
+        if prog.tokens and not stopper.should_stop:  # steps since the last validation (max_steps, validate_every)
             validate(time.perf_counter() - clock)
-            clock = time.perf_counter()
-        prog.epoch, prog.batch = prog.epoch + 1, 0
-        if prog.epoch <= cfg.epochs and not finished():
-            checkpoint()
-            last_ckpt = time.perf_counter()
-    if prog.tokens and not stopper.should_stop:  # steps since the last validation (max_steps, validate_every)
-        validate(time.perf_counter() - clock)
+
+    try:
+        fit()
+    except NonFiniteLoss as err:  # the run cannot complete: nothing of it may stay as an output
+        if not ctx.is_main:
+            raise
+        discard_staged(ckpt_dir)
+        kept = kept_or_none(ckpt_dir)
+        raise NonFiniteLoss(f"{err} {kept[0].upper()}{kept[1:]}.") from None
     prog.completed = True
     checkpoint()
     untrained = prog.history[0]
     initial = -untrained[metric_name] if cfg.select_by == "metric" else untrained["valid_loss"]
     if not (prog.best, prog.best_loss) < (initial, untrained["valid_loss"]):
+        kept = ""
         if ctx.is_main:
-            (ckpt_dir / "model.pt").unlink(missing_ok=True)
+            discard_staged(ckpt_dir)
+            kept = f"; {kept_or_none(ckpt_dir)}"
         what = metric_name if cfg.select_by == "metric" else "validation loss"
-        raise NoImprovement(
-            f"training did not improve on the untrained model's {what} {abs(initial):.4f} (best "
-            f"{abs(prog.best):.4f} after {prog.step} steps); model.pt removed, so this run's model cannot be "
-            "evaluated or registered. Check train.lr (too high diverges, too low stalls), the data and the epochs."
+        trained = (
+            f"best {abs(prog.best):.4f} after {prog.step} steps"
+            if prog.step
+            else f"no training step ran: train.epochs {cfg.epochs}, train.max_steps {cfg.max_steps}"
         )
+        raise NoImprovement(
+            f"training did not improve on the untrained model's {what} {abs(initial):.4f} ({trained}){kept}: "
+            "this run's model cannot be evaluated or registered. Check train.lr (too high diverges, too low "
+            "stalls), the data and the epochs."
+        )
+    if ctx.is_main:
+        promote(ckpt_dir)
     return prog.history
 
 

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from models.backbone_ids import project_token_ids, special_token_ids
+from models.backbone_ids import project_token_ids
 from pipeline.io.files import sha256_tree, write_json_atomic
+from pipeline.vocab.backbone_probe import BackboneProbe, probe_backbone
 from pipeline.vocab.vocabulary import SPECIALS, UNK, Vocab
 
 TOKENIZER_DIR = "tokenizer"
@@ -66,17 +67,16 @@ class BackboneTokenizer:
         self.unk_id = token_ids["unk"]
 
     @classmethod
-    def from_backbone(cls, name: str) -> BackboneTokenizer:
-        """The tokenizer and config of a backbone (a local directory or a hub name)."""
-        from transformers import AutoConfig, AutoTokenizer
+    def from_backbone(cls, name: str, setting: str = "model.backbone") -> BackboneTokenizer:
+        """The tokenizer of a backbone (a local directory or a hub name), probed first
+        (:func:`~pipeline.vocab.backbone_probe.probe_backbone`: a backbone that cannot work is a
+        ``SettingsError`` naming ``setting``)."""
+        return cls.from_probe(probe_backbone(name, setting))
 
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
-            config = AutoConfig.from_pretrained(name, trust_remote_code=False)
-        except (OSError, ValueError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"model.backbone {name!r}: cannot load its tokenizer and config ({first})") from None
-        return cls(tokenizer, special_token_ids(config, tokenizer), name)
+    @classmethod
+    def from_probe(cls, probe: BackboneProbe) -> BackboneTokenizer:
+        """The tokenizer of a backbone :func:`~pipeline.vocab.backbone_probe.probe_backbone` checked."""
+        return cls(probe.tokenizer, probe.token_ids, probe.name)
 
     @classmethod
     def load(cls, directory: str | Path) -> BackboneTokenizer:

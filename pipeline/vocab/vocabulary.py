@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.ipc
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from models.specials import (  # noqa: F401 (re-exported: the file format's specials)
     BOS,
@@ -32,7 +33,7 @@ from models.specials import (  # noqa: F401 (re-exported: the file format's spec
     UNK,
 )
 from pipeline.config.params import section
-from pipeline.config.validation import dataclass_from_dict
+from pipeline.config.schema import SETTINGS, VocabSettings, build
 from pipeline.io.files import write_text_atomic
 from pipeline.io.shards import read_manifest
 
@@ -40,17 +41,13 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-@dataclass(frozen=True)
-class VocabConfig:
-    """The ``vocab`` section of params.yaml: the vocabulary sizes the vocab stage builds."""
-
-    src_max_size: int | None = None  # specials included; None: every training token
-    tgt_max_size: int | None = None
-    min_count: int = 1
+@pydantic_dataclass(frozen=True, config=SETTINGS)
+class VocabConfig(VocabSettings):
+    """The ``vocab`` section of params.yaml (the schema's :class:`~pipeline.config.schema.VocabSettings`)."""
 
     @classmethod
     def from_params(cls, params: dict) -> VocabConfig:
-        return dataclass_from_dict(cls, section(params, "vocab"))
+        return build(cls, section(params, "vocab"), "vocab")
 
 
 @dataclass

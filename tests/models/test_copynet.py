@@ -21,7 +21,8 @@ import torch
 
 from models.config import ModelConfig
 from models.copynet import CopyNetOutput
-from models.extended import NEG, mix_scores, scatter_logsumexp
+from models.extended import NEG, extended_log_probs, gold_log_probs
+from models.seq2seq import shared_softmax
 from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, SPECIALS, UNK, Vocab
@@ -30,7 +31,9 @@ from tests.helpers import (
 )
 
 # ---------------------------------------------------------------------------------------------
-# mix_scores / scatter_logsumexp on a hand-built example
+# The output layer's eq. 4-6 on a hand-built example, through the functions the model uses:
+# shared_softmax (one normaliser), the layer's distribution (extended_log_probs: search) and
+# gold_log_probs (training)
 # ---------------------------------------------------------------------------------------------
 # Decoder vocabulary V = 6: the 4 specials, then word "a" (id 4) and word "b" (id 5).
 V = 6
@@ -59,6 +62,28 @@ def _tensors(requires_grad: bool = False):
     return gen, copy
 
 
+LAYER = CopyNetOutput(ModelConfig(src_vocab=8, tgt_vocab=V, emb=4, hidden=4))
+VIEW = {"src_ext": SRC_EXT, "src_mask": MASK, "n_ext": N_EXT}
+
+
+def _copynet(gen: torch.Tensor, copy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of CopyNet's output layer from psi_g (B, V) and psi_c (B, S), as the model computes it
+    after eq. 7-8 (``CopyNetOutput.score_all``: ``shared_softmax``): log p over V + X (B, V + X), the
+    layer's ``distribution``, which search ranks; and log p(x_j, c) per source position (B, S), its
+    step's ``copy_logp``."""
+    scores = shared_softmax(gen.unsqueeze(1), copy.unsqueeze(1))  # (B, 1, ...)
+    return LAYER.distribution(scores, VIEW).squeeze(1), LAYER.step_updates(scores)["copy_logp"]
+
+
+def _copynet_gold(gen: torch.Tensor, copy: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """log p(target) (B,) as training reads it (``CopyNetOutput.sequence_gold``: gold_log_probs, the
+    distribution at the gold ids only), for extended ids target (B,)."""
+    scores = shared_softmax(gen.unsqueeze(1), copy.unsqueeze(1))
+    return gold_log_probs(
+        scores.gen, scores.gen_shift, scores.copy, scores.copy_shift, SRC_EXT, MASK, target.unsqueeze(1)
+    ).squeeze(1)
+
+
 def _hand_z(b: int) -> float:
     """Z = sum_v exp(psi_g(v)) + sum_{real j} exp(psi_c(x_j)) in plain Python."""
     z = sum(math.exp(g) for g in GEN[b] if g > NEG / 2)
@@ -76,9 +101,9 @@ def _hand_prob(b: int, y: int) -> float:
     return p_gen + p_copy
 
 
-def test_mix_scores_matches_eq_4_to_6_by_hand() -> None:
+def test_output_layer_matches_eq_4_to_6_by_hand() -> None:
     gen, copy = _tensors()
-    log_probs, copy_logp = mix_scores(gen, copy, SRC_EXT, N_EXT)
+    log_probs, copy_logp = _copynet(gen, copy)
     p = log_probs.double().exp()
     z0 = _hand_z(0)
 
@@ -101,10 +126,13 @@ def test_mix_scores_matches_eq_4_to_6_by_hand() -> None:
     assert p[1, 6].item() == pytest.approx(math.exp(0.25) / z1, abs=1e-6)
     assert p[1, 7].item() == pytest.approx(math.exp(1.50) / z1, abs=1e-6)
 
-    # Every slot against the generic hand formula.
-    for b in range(2):
-        for y in range(V + N_EXT):
+    # Every slot against the generic hand formula, in the whole distribution (search) and read at
+    # the gold id alone (training).
+    for y in range(V + N_EXT):
+        gold = _copynet_gold(gen, copy, torch.full((2,), y)).double().exp()
+        for b in range(2):
             assert p[b, y].item() == pytest.approx(_hand_prob(b, y), abs=1e-6), (b, y)
+            assert gold[b].item() == pytest.approx(_hand_prob(b, y), abs=1e-6), (b, y)
 
     # The per-position copy log-probs: log(exp(psi_c(x_j)) / Z), and 0 probability at padding.
     for b in range(2):
@@ -114,9 +142,9 @@ def test_mix_scores_matches_eq_4_to_6_by_hand() -> None:
             assert copy_logp[b, j].double().exp().item() == pytest.approx(want, abs=1e-7), (b, j)
 
 
-def test_mix_scores_normalised_merged_and_padding_gets_nothing() -> None:
+def test_output_layer_normalised_merged_and_padding_gets_nothing() -> None:
     gen, copy = _tensors()
-    log_probs, copy_logp = mix_scores(gen, copy, SRC_EXT, N_EXT)
+    log_probs, copy_logp = _copynet(gen, copy)
     p = log_probs.double().exp()
     # A distribution over the extended vocabulary V + X.
     assert torch.allclose(p.sum(-1), torch.ones(2, dtype=torch.float64), atol=1e-5)
@@ -133,30 +161,38 @@ def test_mix_scores_normalised_merged_and_padding_gets_nothing() -> None:
     assert log_probs[0, 7].item() < NEG / 2
 
 
-def test_scatter_logsumexp_by_hand_and_stable() -> None:
+@pytest.mark.parametrize("grad", [False, True], ids=["search", "autograd"])
+def test_copy_merge_over_repeated_words_by_hand_and_stable(grad: bool) -> None:
+    """CopyNet eq. 6's sum over the positions of one word, log sum_{j: x_j = v} exp(psi_c(x_j)) per
+    word v, as extended_log_probs (the whole distribution) and gold_log_probs (at one id) compute it:
+    here with no generate term (psi_g at NEG) and no shift, so each word's entry is that sum alone."""
     # Large scores: a naive exp would overflow float32 (exp(500) = inf).
-    scores = torch.tensor([[500.0, 499.0, 10.0, NEG], [-3.0, -3.0, -3.0, -3.0]])
-    index = torch.tensor([[2, 2, 4, 0], [1, 1, 3, 1]])
-    out = scatter_logsumexp(scores, index, 6)
-    assert torch.isfinite(out).all()
+    scores = torch.tensor([[500.0, 499.0, 10.0, NEG], [-3.0, -3.0, -3.0, -3.0]], requires_grad=grad)
+    index = torch.tensor([[2, 2, 4, 0], [1, 1, 3, 1]])  # the word (id) at each source position
+    mask = index != PAD  # row 0's last position is padding (score NEG, id <pad>)
+    gen, zero = torch.full((2, 6), NEG), torch.zeros(2, 1)
+    out = extended_log_probs(gen, None, scores, zero, index, 0)  # (2, 6)
+    gold = torch.stack([gold_log_probs(gen, None, scores, zero, index, mask, torch.full((2,), v)) for v in range(6)], 1)
     lse = lambda xs: max(xs) + math.log(sum(math.exp(x - max(xs)) for x in xs))
     expected = [
         [NEG, NEG, lse([500.0, 499.0]), NEG, 10.0, NEG],
         [NEG, lse([-3.0] * 3), NEG, -3.0, NEG, NEG],
     ]
-    for b in range(2):
-        for v in range(6):
-            got, want = out[b, v].item(), expected[b][v]
-            if want <= NEG / 2:
-                assert got <= NEG / 2, (b, v, got)  # empty slot (or only padding): exp(.) == 0
-            else:
-                assert got == pytest.approx(want, abs=1e-4), (b, v)
-    assert out[1, 1].item() == pytest.approx(-3.0 + math.log(3.0), abs=1e-5)
+    for got_all in (out, gold):
+        assert torch.isfinite(got_all).all()
+        for b in range(2):
+            for v in range(6):
+                got, want = got_all[b, v].item(), expected[b][v]
+                if want <= NEG / 2:
+                    assert got <= NEG / 2, (b, v, got)  # empty slot (or only padding): exp(.) == 0
+                else:
+                    assert got == pytest.approx(want, abs=1e-4), (b, v)
+        assert got_all[1, 1].item() == pytest.approx(-3.0 + math.log(3.0), abs=1e-5)
 
 
-def test_mix_scores_gradients_finite_with_empty_slots() -> None:
+def test_output_layer_gradients_finite_with_empty_slots() -> None:
     gen, copy = _tensors(requires_grad=True)
-    log_probs, copy_logp = mix_scores(gen, copy, SRC_EXT, N_EXT)
+    log_probs, copy_logp = _copynet(gen, copy)
     # Every slot in the objective, the empty ones included (example 0's slot 7, <pad>, <s>, padding
     # positions): no log 0 anywhere, so no NaN/inf gradient.
     (log_probs.sum() + copy_logp.sum()).backward()
@@ -165,14 +201,14 @@ def test_mix_scores_gradients_finite_with_empty_slots() -> None:
     # An empty slot (no generate term: outside V; no copy term: no source position holds it) is
     # log 0 written as the finite NEG: a constant, so nothing flows back from it (and nothing NaN).
     gen1, copy1 = _tensors(requires_grad=True)
-    lp1, _ = mix_scores(gen1, copy1, SRC_EXT, N_EXT)
+    lp1, _ = _copynet(gen1, copy1)
     assert lp1[0, 7].item() == NEG
     lp1[0, 7].backward()
     assert gen1.grad.abs().max().item() == 0.0 and copy1.grad.abs().max().item() == 0.0
     # Analytic gradient of -log p(OOV1) w.r.t. each copy score: q_j - [x_j = OOV1] q_j / p(OOV1),
     # with q_j = p(x_j, c) = exp(psi_c(x_j)) / Z.
     gen2, copy2 = _tensors(requires_grad=True)
-    lp, _ = mix_scores(gen2, copy2, SRC_EXT, N_EXT)
+    lp, _ = _copynet(gen2, copy2)
     (-lp[0, 6]).backward()
     p6 = _hand_prob(0, 6)
     z = _hand_z(0)

@@ -5,12 +5,16 @@ write, load_state_dict, and in training mode it is not used at all."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.nn import functional as F
 
 from models.config import ModelConfig
 from models.registry import build_model
+from tests.helpers import REPO
 
 
 def _expected(layer, x):
@@ -80,3 +84,35 @@ def test_packed_copy_is_made_once_per_row_count_and_matches_the_product():
 def _expected_for(layer, linear, x):
     bias = layer.unemittable_bias(linear.out_features, linear.weight)
     return F.linear(x, linear.weight, bias if linear.bias is None else linear.bias + bias)
+
+
+def test_importing_the_models_registers_no_optimizer_hook_and_the_first_copy_registers_one():
+    """The step counter the copies read (``models.seq2seq.count_optimizer_steps``) is a process-wide
+    torch.optim hook: importing every mechanism registers none; the first inference copy registers it,
+    once however often it is asked, and it counts each step once."""
+    script = """
+import torch
+from torch.optim import optimizer as torch_optimizer
+from models import seq2seq
+from models.config import ModelConfig
+from models.registry import build_model
+hooks = torch_optimizer._global_optimizer_post_hooks
+assert not hooks, hooks
+model = build_model("copynet", ModelConfig(src_vocab=20, tgt_vocab=30, emb=8, hidden=12))
+assert not hooks, hooks
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+opt.step()  # before any copy: nothing counts it, nothing needs to
+assert seq2seq._optimizer_steps[0] == 0
+with torch.no_grad():
+    model.output.project(torch.randn(1, 12), model.output.w_o)
+assert len(hooks) == 1
+seq2seq.count_optimizer_steps()
+seq2seq.count_optimizer_steps()
+assert len(hooks) == 1
+before = seq2seq._optimizer_steps[0]
+opt.step()
+assert seq2seq._optimizer_steps[0] == before + 1
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

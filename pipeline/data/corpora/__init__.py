@@ -40,7 +40,7 @@ def resample_column(settings: dict) -> str | None:
     """The shard column whose values are a test set's natural groups, for the comparison's bootstrap:
     ``group_col`` of the corpus's settings (your own data), else the reader's declared ``RESAMPLE_BY``
     (CopyNet's rules), else None (examples are resampled)."""
-    if settings.get("group_col"):
-        return str(settings["group_col"])
+    if settings.get("group_col") is not None:  # the reader writes that column's values as the shard column
+        return reader_module(settings.get("reader", "parallel")).GROUP
     reader = settings.get("reader")
     return getattr(reader_module(reader), "RESAMPLE_BY", None) if reader in reader_names() else None

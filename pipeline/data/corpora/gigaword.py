@@ -124,7 +124,7 @@ from pipeline.data.text.normalize import normalize_unk, rush_normalize
 from pipeline.data.text.ptb import first_sentence_end, tokenize
 from pipeline.data.text.unk import keep_vocab, unk_replace
 from pipeline.io.parallel import chunked, serial_map
-from pipeline.io.shards import make_schema
+from pipeline.io.shards import make_schema, scratch_parent
 
 SPLIT_NAMES = ("train", "valid", "test")
 FORMATS = ("rush", "sgml")
@@ -506,7 +506,7 @@ def _spill_items(spill: Path, src_vocab: set | None, tgt_vocab: set | None, stat
 
 def _write_sgml(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, dict]:
     out_root.parent.mkdir(parents=True, exist_ok=True)
-    spill_dir = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.spill-", dir=out_root.parent))
+    spill_dir = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.spill-", dir=scratch_parent(out_root)))
     stats = {s: SplitStats() for s in SPLIT_NAMES}
     for split, split_stats in stats.items():  # reported even when nothing was counted
         for key in ["docs", "dateline_stripped"] + [

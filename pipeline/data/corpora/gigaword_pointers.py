@@ -129,7 +129,7 @@ from pipeline.data.text.pointers import (
 )
 from pipeline.data.text.ptb import tokenize
 from pipeline.io.parallel import chunked, serial_map
-from pipeline.io.shards import QUARANTINE_NAME, make_schema, read_split
+from pipeline.io.shards import QUARANTINE_NAME, make_schema, read_split, scratch_parent
 
 MODES = ("unk", "entity")
 SPLIT_NAMES = gigaword.SPLIT_NAMES
@@ -242,7 +242,7 @@ def _unk_items(
 
 def _write_unk(cfg: Config, out_root: Path, map_chunks: Callable) -> dict[str, dict]:
     out_root.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.stage-", dir=out_root.parent))
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.stage-", dir=scratch_parent(out_root)))
     try:
         staged = gigaword.write_splits(cfg.gigaword_config(unk_min_count=1), stage, map_chunks)
         if "train" not in staged:
@@ -388,7 +388,7 @@ def _read_spill(path: Path, stats: SplitStats) -> Iterator[dict | Quarantined]:
 
 def _write_entity_sgml(cfg: Config, out_root: Path, map_chunks: Callable, tagger: Tagger) -> dict[str, dict]:
     out_root.parent.mkdir(parents=True, exist_ok=True)
-    spill_dir = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.spill-", dir=out_root.parent))
+    spill_dir = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.spill-", dir=scratch_parent(out_root)))
     try:
         # gigaword.config_doc_blocks: its documents in its order with the forced test split of test_sgml_files.
         blocks = chunked(gigaword.config_doc_blocks(cfg), cfg.chunk_size)

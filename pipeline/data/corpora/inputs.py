@@ -5,6 +5,9 @@ input into quarantine records instead of shards.
   the gzip magic bytes) is decompressed, and a truncated or corrupt stream raises
   ``CorpusFormatError`` naming the file and the line reached (never a bare ``EOFError``);
   :func:`resolve_input` finds ``name.gz`` where a reader builds the file name ``name`` itself;
+  a path that cannot be read as a file (a directory, a symlink loop, permission denied, a name too
+  long for the file system) is a ``CorpusFormatError`` naming it and why (:func:`unreadable`,
+  :func:`check_input_files`, which also names the setting), never an ``OSError`` traceback;
 * :class:`TextLimits` -- ``max_line_chars`` / ``max_token_chars`` (every reader's ``Config`` has
   both): a record with a NUL character (``nul_byte``), a line over ``max_line_chars`` characters
   (``line_too_long``) or a whitespace-separated token over ``max_token_chars`` characters
@@ -13,7 +16,10 @@ input into quarantine records instead of shards.
 
 from __future__ import annotations
 
+import errno
 import gzip
+import os
+import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -173,12 +179,69 @@ class GzipInput:
         self.close()
 
 
+NO_SUCH_FILE = "no such file"
+_WHY = {
+    errno.ELOOP: "a symlink loop (a link that leads back to itself), not a file",
+    errno.ENAMETOOLONG: "a name too long for the file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EISDIR: "a directory, not a file",
+}
+
+
+def _why(err: OSError, path: str | Path) -> str:
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):  # ENOTDIR: a part of its path is a file, so it is not there
+        return f"a symbolic link to a missing file ({os.readlink(path)})" if os.path.islink(path) else NO_SUCH_FILE
+    return _WHY.get(err.errno, (err.strerror or type(err).__name__).lower())
+
+
+def unreadable(path: str | Path) -> str | None:
+    """Why ``path`` cannot be read as an input file, in words, or None when it can: ``no such file``
+    (:data:`NO_SUCH_FILE`), a symlink loop, a directory, a FIFO or device, permission denied, a name too
+    long for the file system ... Found as a reader finds it: by opening the file (never a FIFO)."""
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            return _WHY[errno.EISDIR]
+        if not stat.S_ISREG(mode):
+            return "not a regular file (a FIFO, socket or device)"
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        return _why(err, path)
+    return None
+
+
+def check_input_files(named: Iterable[tuple[str, str | Path]]) -> None:
+    """Every ``(setting, path)`` names a readable file (``path.gz`` will do, see :func:`resolve_input`),
+    checked before anything is written: absent ones are one ``FileNotFoundError`` naming them all, any
+    other problem a ``CorpusFormatError`` naming the file, the setting and why."""
+    missing = []
+    for setting, path in named:
+        why = unreadable(path)
+        if why == NO_SUCH_FILE and unreadable(f"{path}.gz") != NO_SUCH_FILE:  # the gzipped file is there
+            path = f"{path}.gz"
+            why = unreadable(path)
+        if why == NO_SUCH_FILE:
+            missing.append(str(path))
+        elif why is not None:
+            raise CorpusFormatError(path, None, f"{setting}: {why}")
+    if missing:
+        raise FileNotFoundError(f"missing input file(s): {', '.join(missing)}")
+
+
 def open_input(path: str | Path) -> IO[bytes] | GzipInput:
     """Open a reader's input file for reading bytes: gzip data (a ``.gz`` name or the gzip magic
     bytes) is decompressed on the fly, with errors naming the file (:class:`GzipInput`); anything
-    else is the plain file. Every reader opens its inputs here (counting lines too)."""
+    else is the plain file. Every reader opens its inputs here (counting lines too). A path that is
+    not a readable file is a ``CorpusFormatError`` saying why (a missing one stays ``FileNotFoundError``)."""
     path = Path(path)
-    raw = open(path, "rb")
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise CorpusFormatError(path, None, f"cannot be read: {_why(err, path)}") from None
     try:
         if path.name.endswith(".gz") or raw.peek(2)[:2] == GZIP_MAGIC:
             return GzipInput(path, raw)
@@ -209,9 +272,9 @@ def resolve_input(path: str | Path) -> Path:
     """``path``, or ``path.gz`` when only the gzipped file exists (for readers that build their
     file names from a directory and a stem)."""
     path = Path(path)
-    if not path.exists():
+    if unreadable(path) == NO_SUCH_FILE:
         gz = path.with_name(path.name + ".gz")
-        if gz.exists():
+        if unreadable(gz) != NO_SUCH_FILE:
             return gz
     return path
 

@@ -76,21 +76,17 @@ structure is lost no later record can be trusted; a broken *record* is quarantin
 
 Other ``stats``: ``src_tokens``, ``tgt_tokens``, ``tgt_tokens_in_src`` (summary tokens a copy
 mechanism can point at), over the rows the reader produced (before ``write_corpus`` removes train
-duplicates and leaks). :func:`measure_throughput` times the word view against bare jieba.
+duplicates and leaks).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
-import shutil
-import tempfile
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -110,11 +106,10 @@ from pipeline.data.text.segment import (
     Segmenter,
     char_chunk,
     char_tokens,
-    jieba_baseline_seconds,
     jieba_chunk,
     jieba_version,
 )
-from pipeline.io.parallel import ProcessMap, chunked, serial_map
+from pipeline.io.parallel import chunked, serial_map
 from pipeline.io.shards import make_schema
 
 VIEWS = ("char", "word")
@@ -478,69 +473,6 @@ def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str
     if segmenter is not None:
         log.info("jieba segmentation: %s", segmenter.counts)
     return manifests
-
-
-# --------------------------------------------------------------------------- #
-# Throughput (for benchmarks/)
-# --------------------------------------------------------------------------- #
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU time of this process and its finished (joined) children."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-def measure_throughput(cfg: Config, out_root: Path, workers: int = 2) -> dict[str, float]:
-    """Seconds and ratios: the word view end to end (cold and warm cache) against bare jieba.
-
-    ``jieba_s``: ``jieba.lcut`` over every summary and text the reader keeps, in this process.
-    ``cold_s``: :func:`write_splits` (word view) with an empty cache and ``ProcessMap(workers)``;
-    ``warm_s``: the same again (every text a cache hit). ``*_ratio`` = ``cold_s / jieba_s`` and
-    ``warm_s / jieba_s`` (wall clock); ``*_cpu_s`` and ``cold_cpu_ratio`` count CPU time of this
-    process and its pool workers, which, unlike wall time, does not depend on what else the
-    machine runs. Holds every text in memory: meant for the corpus samples, not PART_I.
-    """
-    texts = [
-        t
-        for split, path in cfg.split_files().items()
-        for item in records(path, split, cfg, SplitStats())
-        if isinstance(item, Pair)
-        for t in (item.summary, item.text)
-    ]
-    jieba_baseline_seconds(texts[:10], cfg.jieba_hmm)  # dictionary loaded before timing
-    cpu = _cpu_seconds()
-    jieba_s = jieba_baseline_seconds(texts, cfg.jieba_hmm)
-    jieba_cpu_s = _cpu_seconds() - cpu
-    cache = Path(tempfile.mkdtemp(prefix="lcsts-seg-cache-"))
-    try:
-        word_cfg = replace(cfg, view="word", cache_dir=str(cache))
-        wall, cpu_s = [], []
-        for _ in range(2):  # cold, then warm
-            start, cpu = time.perf_counter(), _cpu_seconds()
-            with ProcessMap(workers) as pool:
-                write_splits(word_cfg, Path(out_root), pool)
-            wall.append(time.perf_counter() - start)
-            cpu_s.append(_cpu_seconds() - cpu)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    n = len(texts)
-    return {
-        "texts": n,
-        "workers": workers,
-        "jieba_s": jieba_s,
-        "cold_s": wall[0],
-        "warm_s": wall[1],
-        "jieba_texts_per_s": n / jieba_s,
-        "cold_texts_per_s": n / wall[0],
-        "warm_texts_per_s": n / wall[1],
-        "cold_ratio": wall[0] / jieba_s,
-        "warm_ratio": wall[1] / jieba_s,
-        "jieba_cpu_s": jieba_cpu_s,
-        "cold_cpu_s": cpu_s[0],
-        "warm_cpu_s": cpu_s[1],
-        "cold_cpu_ratio": cpu_s[0] / jieba_cpu_s,
-    }
 
 
 # --------------------------------------------------------------------------- #

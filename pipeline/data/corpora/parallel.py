@@ -19,6 +19,13 @@ settings; docs/own_data.md walks through it). Reading the formats is :mod:`pipel
   mechanism can copy a tag (models/seq2seq.py). An example's source is then (src, features) for
   ``write_corpus``'s duplicates and leakage (the same lemma under other tags is another example);
   a hash split still hashes ``src`` alone (every form of a lemma in one split).
+* ``group_col`` (table formats): a column naming each example's natural group -- the same lemma,
+  the same document --, whose examples are not independent. Its cell, trimmed, is stored as the
+  shards' ``group`` column (string; a JSON / Parquet / Arrow integer as its decimal text); an empty
+  or missing cell is quarantined ``empty_group``. The comparison's bootstrap then resamples whole
+  groups when ``compare.resample_by`` is ``group`` (``tasks add --group-col`` writes that into the
+  task's ``task_settings``). It may name a column read for another role (the source itself: one
+  group per lemma), and plays no part in duplicates, leakage or the hash split.
 
 Splits: a file per split, or one file carved by ``valid_fraction`` / ``test_fraction``: the split of
 an example is a stable hash (keyed BLAKE2b, ``split_seed``) of its *tokenised* source, so the
@@ -49,6 +56,7 @@ Bad input (every reader's checks; details in :mod:`pipeline.data.corpora.tables`
 ``file:line`` -- ``invalid_utf8``, ``nul_byte``, ``line_too_long``, ``token_too_long`` (a token over
 ``max_token_chars`` after tokenising), ``empty_line``, ``bad_field_count``, ``bad_json``,
 ``missing_field``, ``bad_field_type``, ``empty_src`` / ``empty_tgt`` (nothing left after tokenising),
+``empty_group`` (a group column's cell empty or missing),
 ``src_too_long`` / ``tgt_too_long`` / ``ref_too_long`` (over ``max_tokens`` tokens: absurd input, not
 a modelling filter); then ``write_corpus``'s ``duplicate_pair`` and ``src_in_<split>`` in train.
 A malformed file (a missing column -- the message lists the columns found --, aligned files of
@@ -57,7 +65,8 @@ different lengths, broken CSV quoting, a truncated ``.gz``, a file that is not P
 
 Memory stays flat in the corpus size: files are streamed (Parquet / Arrow in record batches),
 tokenising runs chunk by chunk through ``map_chunks``, and a hash-split file is read once, its
-chunks spilled per split to private scratch files beside the output and streamed back.
+chunks spilled per split to private scratch files (``pipeline.io.shards.scratch_parent``: the prepare
+stage's scratch folder, else beside the output) and streamed back.
 
 Manifest ``stats``: ``src_tokens``, ``ref_tokens``, ``ref_tokens_in_src`` (what a copy mechanism can
 point at), ``refs_identical_to_src``, ``empty_refs``; the tokeniser and its version in the params.
@@ -70,7 +79,7 @@ import hashlib
 import importlib.metadata
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -84,9 +93,9 @@ from pipeline.data.corpora.common import (
     spill_by_split,
     write_corpus,
 )
-from pipeline.data.corpora.dress import pair_counts, require_files
+from pipeline.data.corpora.dress import pair_counts
 from pipeline.data.corpora.europarl import tokenise as moses_tokens
-from pipeline.data.corpora.inputs import MAX_LINE_CHARS, MAX_TOKEN_CHARS, TextLimits, row_name
+from pipeline.data.corpora.inputs import MAX_LINE_CHARS, MAX_TOKEN_CHARS, TextLimits, check_input_files, row_name
 from pipeline.data.corpora.tables import (
     FORMATS,
     Columns,
@@ -102,12 +111,13 @@ from pipeline.data.corpora.tables import (
 from pipeline.data.text.normalize import mask_digits
 from pipeline.data.text.segment import char_tokens, jieba_chunk
 from pipeline.io.parallel import chunked, serial_map
-from pipeline.io.shards import make_schema, scratch_dir
+from pipeline.io.shards import make_schema, scratch_dir, scratch_parent
 
 SPLITS = ("train", "valid", "test")
 TOKENIZERS = ("whitespace", "moses", "chars", "jieba")
 UNSPACED = ("chars", "jieba")  # output tokens joined without spaces
 ROLES = ("src", "tgt")  # then "ref" for every further reference
+GROUP = "group"  # the shards' column of each example's group (group_col), what compare.resample_by names
 
 
 # --------------------------------------------------------------------------- #
@@ -198,6 +208,7 @@ class Config:
     refs_col: str | int | None = None  # a column holding a list of further references
     features_col: str | int | None = None  # a column of tags kept apart from the source (None: none)
     features_sep: str = ";"  # what separates the tags in it
+    group_col: str | int | None = None  # a column of each example's group, resampled whole by compare (None: none)
     valid_fraction: float = 0.0  # carved from the train file by a hash of the source
     test_fraction: float = 0.0
     split_seed: int = 0
@@ -285,17 +296,19 @@ class Config:
 
     def _check_columns(self) -> None:
         if self.text:
-            named = (self.src_col, self.tgt_col, self.refs_col, self.features_col)
+            named = (self.src_col, self.tgt_col, self.refs_col, self.features_col, self.group_col)
             if any(c is not None for c in named) or self.ref_cols:
                 raise ValueError(
-                    "parallel format text has no columns (src_col, tgt_col, ref_cols, refs_col, features_col)"
+                    "parallel format text has no columns "
+                    "(src_col, tgt_col, ref_cols, refs_col, group_col, features_col)"
                 )
             return
         if not isinstance(self.features_sep, str) or not self.features_sep:
             raise ValueError(f"parallel features_sep must be a non-empty string such as ';', got {self.features_sep!r}")
         cols = self.columns().all()
-        if len(set(map(str, cols))) != len(cols):
-            raise ValueError(f"parallel: columns must differ, got {cols}")
+        roles = replace(self.columns(), group=None).all()  # the group may be read for another role too (the lemma)
+        if len(set(map(str, roles))) != len(roles):
+            raise ValueError(f"parallel: columns must differ, got {roles}")
         formats = {self.format_of(s) for s in SPLITS if self.has_file(s)}
         indexed = bool(formats & {"tsv", "csv"}) and not self.header
         if indexed and formats - {"tsv", "csv"}:
@@ -327,30 +340,45 @@ class Config:
 
     def files(self, split: str) -> list[Path]:
         """The input files of a split with files (text: source, target, references)."""
+        return [path for _, path in self.named_files(split)]
+
+    def named_files(self, split: str) -> list[tuple[str, Path]]:
+        """``(setting, path)`` of each input file of a split with files, as :meth:`files` orders them."""
         if not self.text:
-            return [Path(getattr(self, f"{split}_file"))]
+            return [(f"{split}_file", Path(getattr(self, f"{split}_file")))]
         refs = getattr(self, f"{split}_ref_files", ())
-        return [Path(getattr(self, f"{split}_src_file")), Path(getattr(self, f"{split}_tgt_file")), *map(Path, refs)]
+        return [
+            (f"{split}_src_file", Path(getattr(self, f"{split}_src_file"))),
+            (f"{split}_tgt_file", Path(getattr(self, f"{split}_tgt_file"))),
+            *((f"{split}_ref_files[{i}]", Path(ref)) for i, ref in enumerate(refs)),
+        ]
 
     def columns(self) -> Columns:
         named = self.header or not ({self.format_of(s) for s in SPLITS if self.has_file(s)} <= {"tsv", "csv"})
         src = self.src_col if self.src_col is not None else ("src" if named else 0)
         tgt = self.tgt_col if self.tgt_col is not None else ("tgt" if named else 1)
-        return Columns(src, tgt, self.ref_cols, self.refs_col, self.features_col)
+        return Columns(src, tgt, self.ref_cols, self.refs_col, self.features_col, self.group_col)
 
     def token_spec(self) -> TokenSpec:
         return TokenSpec(self.tokenizer, self.lang, self.moses_escape, self.jieba_hmm, self.lowercase, self.mask_digits)
 
     def schema(self) -> pa.Schema:
-        """The shards' schema: the base columns, and ``features`` (list<string>) with a features column."""
-        return make_schema([pa.field("features", pa.list_(pa.string()))] if self.features_col is not None else [])
+        """The shards' schema: the base columns, ``features`` (list<string>) with a features column,
+        ``group`` (string) with a group column."""
+        extra = [pa.field("features", pa.list_(pa.string()))] if self.features_col is not None else []
+        if self.group_col is not None:
+            extra.append(pa.field(GROUP, pa.string()))
+        return make_schema(extra)
 
     def manifest_params(self) -> dict:
         """The settings as the manifest records them (the features settings only when there is a
-        features column: a corpus without one keeps the manifest it had before they existed)."""
+        features column, ``group_col`` only when there is a group column: a corpus without them
+        keeps the manifest it had before they existed)."""
         params = {**asdict(self), "tokenizer": self.token_spec().describe()}
         if self.features_col is None:
             del params["features_col"], params["features_sep"]
+        if self.group_col is None:
+            del params["group_col"]
         return params
 
 
@@ -368,11 +396,12 @@ class ChunkSpec:
     max_tokens: int
     split_seed: int
     features_sep: str | None = None  # None: no features column
+    grouped: bool = False  # a group column: each row gets ``group``
 
     @classmethod
     def of(cls, cfg: Config) -> ChunkSpec:
         sep = cfg.features_sep if cfg.features_col is not None else None
-        return cls(cfg.token_spec(), TextLimits.of(cfg), cfg.max_tokens, cfg.split_seed, sep)
+        return cls(cfg.token_spec(), TextLimits.of(cfg), cfg.max_tokens, cfg.split_seed, sep, cfg.group_col is not None)
 
 
 def split_features(text: str, sep: str = ";") -> list[str]:
@@ -429,10 +458,32 @@ def record_row(spec: ChunkSpec, record: RawRecord) -> tuple[dict | Quarantined, 
             where = f"{record.names[0]}:{record.line}"
             return Quarantined(found[0], where, {**found[1], **previews, "features": _preview(text)}), None
         row["features"] = tags
+    if spec.grouped:
+        found = _group(spec, record, previews)
+        if isinstance(found, Quarantined):
+            return found, None
+        row[GROUP] = found
     counts = pair_counts(src, refs)
     if empty_refs:
         counts["empty_refs"] = empty_refs
     return row, counts
+
+
+def _group(spec: ChunkSpec, record: RawRecord, previews: dict) -> str | Quarantined:
+    """A record's group: its group cell trimmed; an empty or missing one is ``empty_group``."""
+    where, raw = f"{record.names[0]}:{record.line}", record.group
+    if isinstance(raw, bytes):  # a binary Parquet / Arrow column
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            return Quarantined("invalid_utf8", where, {"byte_offset": err.start, **previews, "group": _preview(raw)})
+    text = raw or ""
+    found = spec.limits.line_problem(text)
+    if found is not None:
+        return Quarantined(found[0], where, {**found[1], **previews, "group": _preview(text)})
+    if not text.strip():
+        return Quarantined("empty_group", where, {**previews, "group": _preview(text)})
+    return text.strip()
 
 
 def _preview(text: str | bytes | None) -> str:
@@ -538,14 +589,14 @@ def spill_stream(path: Path) -> Iterator:
 def write_splits(cfg: Config, out_root: Path, map_chunks=serial_map) -> dict[str, dict]:
     """Write ``out_root/<split>/`` for train, valid and (when configured) test; return the manifests."""
     out_root = Path(out_root)
-    require_files([p for s in SPLITS if cfg.has_file(s) for p in cfg.files(s)])
+    check_input_files(named for s in SPLITS if cfg.has_file(s) for named in cfg.named_files(s))
     splits = cfg.splits()
     stats = {s: SplitStats() for s in splits}
     sources = {s: [str(p) for p in cfg.files(s if cfg.has_file(s) else "train")] for s in splits}
     if not cfg.hashed():
         streams = {s: file_stream(cfg, s, stats[s], map_chunks) for s in splits}
         return write_corpus(out_root, streams, cfg.schema(), params=cfg.manifest_params(), stats=stats, sources=sources)
-    with scratch_dir(out_root.parent, f".{out_root.name}.spill-") as scratch:  # a killed run's: removed here
+    with scratch_dir(scratch_parent(out_root), f".{out_root.name}.spill-") as scratch:  # a killed run's: removed here
         counts: Counter = Counter()
         spilled = spill_train_file(cfg, scratch, stats, map_chunks, counts)
         rows = {s: counts[s] for s in ["train", *cfg.hashed()]}

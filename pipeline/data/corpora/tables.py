@@ -35,6 +35,13 @@ A features column (``Columns.features``: tags kept apart from the source) is rea
 column, into ``RawRecord.features``: a missing column is the same error, a JSON object without the
 field ``missing_field``, a non-string value ``bad_field_type``; a null Parquet/Arrow cell reads as ''.
 
+A group column (``Columns.group``: the example's natural group, which the comparison's intervals
+resample whole) is read likewise, into ``RawRecord.group``: a missing column is the same error; a
+JSON object without the field, a null JSON value or a null Parquet/Arrow cell reads as None (the
+reader quarantines it ``empty_group``); a JSON integer, or a Parquet/Arrow integer column, reads as
+its decimal text (document numbers); any other non-string value is ``bad_field_type``. It may be a
+column read for another role too (the source: one group per lemma).
+
 Text formats may be gzipped (``open_input``: a ``.gz`` name or the gzip magic bytes); a UTF-8 BOM
 on the first line and CRLF line ends are removed.
 """
@@ -85,22 +92,25 @@ def detect_format(path: str | Path) -> str:
 @dataclass(frozen=True)
 class Columns:
     """Which columns (names, or 0-based indices for a headerless TSV/CSV) hold the source, the
-    target, further references one per column (``refs``), a list of references (``refs_list``) and
-    the features (``features``: one text of tags, split by the reader)."""
+    target, further references one per column (``refs``), a list of references (``refs_list``), the
+    features (``features``: one text of tags, split by the reader) and the example's group
+    (``group``: the comparison's resampling unit)."""
 
     src: Column
     tgt: Column
     refs: tuple[Column, ...] = ()
     refs_list: Column | None = None
     features: Column | None = None
+    group: Column | None = None
 
     def single(self) -> list[Column]:
         """The columns of one text each: source, target, the reference columns."""
         return [self.src, self.tgt, *self.refs]
 
     def fields(self) -> list[Column]:
-        """The columns of one string each: :meth:`single`, then the features column."""
-        return self.single() + ([self.features] if self.features is not None else [])
+        """The columns of one string each: :meth:`single`, then the features column, then the group column."""
+        extra = [c for c in (self.features, self.group) if c is not None]
+        return self.single() + extra
 
     def all(self) -> list[Column]:
         return self.fields() + ([self.refs_list] if self.refs_list is not None else [])
@@ -111,20 +121,24 @@ class RawRecord:
     """One example before any text step: ``texts`` = source, target, further references (a str,
     raw bytes for the ``text`` format, or None for a missing optional reference); ``names[i]`` is
     the file ``texts[i]`` came from; ``line`` its line (or row) number there; ``features`` the text
-    of the features column (None: no such column)."""
+    of the features column (None: no such column); ``group`` the text of the group column (None: no
+    such column, or no value in it)."""
 
     line: int
     names: tuple[str, ...]
     texts: tuple[str | bytes | None, ...]
     features: str | None = None
+    group: str | None = None
 
 
 def _record(line: int, name: str, values: Sequence, columns: Columns, refs: Sequence = ()) -> RawRecord:
-    """The record of one row: the values of :meth:`Columns.fields` (the features value last, if
-    any), then ``refs`` (a list of references) as further texts."""
+    """The record of one row: the values of :meth:`Columns.fields` (the features value, then the
+    group value, last, if any), then ``refs`` (a list of references) as further texts."""
     n = len(columns.single())
     texts = (*values[:n], *refs)
-    return RawRecord(line, (name,) * len(texts), texts, values[n] if columns.features is not None else None)
+    features = values[n] if columns.features is not None else None
+    group = values[n + (columns.features is not None)] if columns.group is not None else None
+    return RawRecord(line, (name,) * len(texts), texts, features, group)
 
 
 def _head(raw: bytes | str) -> str:
@@ -353,8 +367,11 @@ def _object_record(obj: dict, number: int, name: str, columns: Columns, where: s
             "missing_field", where, {"missing": missing, "fields": sorted(obj)[:20], "line": _head(text)}
         )
     texts: list[str | None] = []
-    for column in columns.fields():
+    fields = columns.fields()
+    for i, column in enumerate(fields):
         value = obj.get(column)
+        if columns.group is not None and i == len(fields) - 1 and _is_int(value):
+            value = str(value)  # a group given as a number (a document's)
         if value is not None and not isinstance(value, str):
             return Quarantined("bad_field_type", where, {"field": column, "type": type(value).__name__})
         texts.append(value)
@@ -371,8 +388,13 @@ def _object_record(obj: dict, number: int, name: str, columns: Columns, where: s
 # --------------------------------------------------------------------------- #
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _column_names(path: Path, schema: pa.Schema, columns: Columns) -> list[str]:
-    """The schema's names of ``columns`` (names or indices), type-checked."""
+    """The schema's names of ``columns`` (names or indices), type-checked (the group column may also
+    hold integers)."""
     names = schema.names
     out, missing = [], []
     for column in columns.all():
@@ -384,12 +406,15 @@ def _column_names(path: Path, schema: pa.Schema, columns: Columns) -> list[str]:
             missing.append(column)
     if missing:
         raise _not_found(path, None, missing, names)
+    group = len(columns.fields()) - 1 if columns.group is not None else None
     for i, col in enumerate(out):
         kind = schema.field(col).type
         is_list = columns.refs_list is not None and i == len(out) - 1
         value_type = kind.value_type if pa.types.is_list(kind) or pa.types.is_large_list(kind) else None
         if not is_list:
             value_type = kind
+        if i == group and pa.types.is_integer(kind):
+            continue
         if value_type is None or not _is_text_type(value_type):
             want = "a list of strings" if is_list else "strings"
             raise CorpusFormatError(path, None, f"column {col!r} holds {kind}, not {want}")
@@ -404,10 +429,14 @@ def _is_text_type(kind: pa.DataType) -> bool:
 
 
 def _batch_records(path: Path, batch: pa.RecordBatch, first_row: int, columns: Columns) -> Iterator[RawRecord]:
-    """The records of a batch whose columns are :meth:`Columns.all`, in order (a null features cell: '')."""
+    """The records of a batch whose columns are :meth:`Columns.all`, in order (a null features cell:
+    ''; a null group cell: None, an integer one its decimal text)."""
     values = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
     n = len(columns.fields())
-    feature = n - 1 if columns.features is not None else None
+    group = n - 1 if columns.group is not None else None
+    feature = n - 1 - (group is not None) if columns.features is not None else None
+    if group is not None:
+        values[group] = [str(v) if _is_int(v) else v for v in values[group]]
     for i in range(batch.num_rows):
         fields = [values[c][i] if c != feature else values[c][i] or "" for c in range(n)]
         refs = (values[n][i] or []) if columns.refs_list is not None else ()

@@ -29,7 +29,6 @@ import functools
 import hashlib
 import logging
 import sqlite3
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -217,12 +216,3 @@ def segment_texts(texts: list[str], hmm: bool = True, cache_dir: str | Path | No
     """Segment a small list of texts here (no pool); a convenience for tests and tools."""
     with Segmenter(hmm, cache_dir) as seg:
         return next(seg.segment_chunks([texts]), []) if texts else []
-
-
-def jieba_baseline_seconds(texts: list[str], hmm: bool = True) -> float:
-    """Seconds ``jieba.lcut`` takes over ``texts`` in this process (dictionary loaded beforehand)."""
-    _quiet_jieba()
-    start = time.perf_counter()
-    for t in texts:
-        jieba.lcut(t, HMM=hmm)
-    return time.perf_counter() - start

@@ -21,7 +21,7 @@ from pipeline.config.validation import SettingsError
 from pipeline.data import tasks
 from pipeline.data.add_task import METRICS
 from pipeline.data.corpora.common import EmptySplitError
-from pipeline.data.prepare import prepare_job, write_job
+from pipeline.data.prepare import prepare_job, scratch_folder, write_job
 from pipeline.io.parallel import serial_map
 from pipeline.metrics.registry import TEXT_METRICS
 from tests.helpers import FIXTURES, REPO
@@ -94,7 +94,7 @@ def test_add_writes_the_three_entries_and_keeps_every_comment(project, capsys):
     assert params == old
     out = capsys.readouterr().out
     assert "added task support_replies to params.yaml: raw input data/raw/support" in out
-    assert "next: dvc repro prepare@support_replies" in out
+    assert "next: copyseq run support_replies   (this task alone" in out
 
     assert tasks.main(["--params", "params.yaml", "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
@@ -189,8 +189,8 @@ def qa(project) -> Path:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["qa", *FILE_ARGS, "--max-len", "0"], "task_settings.qa.evaluate.max_len must be an integer >= 1, got 0"),
-        (["qa", *FILE_ARGS, "--max-len", "-5"], "task_settings.qa.evaluate.max_len must be an integer >= 1, got -5"),
+        (["qa", *FILE_ARGS, "--max-len", "0"], "task_settings.qa.evaluate.max_len is 0: must be >= 1"),
+        (["qa", *FILE_ARGS, "--max-len", "-5"], "task_settings.qa.evaluate.max_len is -5: must be >= 1"),
         (["qa", *FILE_ARGS, "--max-len", "300"], "max_len=300 is over the serving limit serving.max_output_len=200"),
         (["qa", *FILE_ARGS, "--subword", "-3"], "--subword.vocab_size must be an integer >= 260, got -3"),
         (["qa", *FILE_ARGS, "--subword", "0"], "--subword.vocab_size must be an integer >= 260, got 0"),
@@ -367,10 +367,41 @@ def test_a_prepare_killed_with_sigkill_leaves_nothing_behind_after_the_next_run(
     scratch and temporary directories and writes the same output as a run never interrupted."""
     clean, _, code = _stalled_prepare(qa, tmp_path, route, signal.SIGKILL)
     assert code == -signal.SIGKILL
-    assert list((qa / "data" / "shards").rglob(".*")), "the killed run left no scratch: the precondition"
+    shards, scratch = qa / "data" / "shards", scratch_folder(qa)
+    left = [*shards.rglob(".*"), *scratch.rglob(".*")]
+    assert left, "the killed run left no scratch: the precondition"
+    if route.startswith("fractions"):  # killed while spilling: the spill is in the scratch folder only
+        assert [p.name.split(".spill-")[0] for p in scratch.iterdir()] == [".qa"]
+        assert not list(shards.glob(".*"))  # nothing hidden beside the DVC output
     write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
-    assert not list((qa / "data" / "shards").rglob(".*"))  # the killed run's scratch: gone
+    assert not list(shards.rglob(".*")) and not list(scratch.rglob(".*"))  # the killed run's scratch: gone
     _same_output(clean, qa)
+
+
+def test_prepare_scratch_is_outside_data_shards_and_gitignored(qa, tmp_path, monkeypatch):
+    """A prepare's scratch (here a hash split's spill) lives in data/tmp/prepare, not in data/shards/: a
+    killed run whose rerun DVC answers from its run cache (the flow never runs, nothing removes it)
+    leaves nothing beside the DVC outputs, and git ignores the folder. Manifests still name no
+    scratch folder of this checkout (the same bytes as when scratch went beside the output)."""
+    import pipeline.data.corpora.parallel as parallel_reader
+
+    assert add("qa", *FILE_ARGS, "--subword", "300") == 0
+    seen = []
+    real = parallel_reader.scratch_dir
+
+    def watching(parent, prefix):
+        seen.append(Path(parent))
+        return real(parent, prefix)
+
+    monkeypatch.setattr(parallel_reader, "scratch_dir", watching)
+    manifests = write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
+    assert seen == [qa / "data" / "tmp" / "prepare"], seen  # the words' spill (a subword task's words too)
+    assert [p.name for p in (qa / "data" / "shards").iterdir()] == ["qa"]
+    assert manifests["train"]["params"]["input_split"] == "data/shards/.qa.words/train"
+    ignored = subprocess.run(
+        ["git", "-C", str(REPO), "check-ignore", "-q", "--no-index", "data/tmp/prepare/.qa.spill-x/train.pkl"]
+    )
+    assert ignored.returncode == 0, "data/tmp/ is not in .gitignore"
 
 
 @pytest.mark.parametrize("route", ["fractions-pool", "files-pool"])
@@ -381,6 +412,7 @@ def test_ctrl_c_in_prepare_leaves_nothing_behind(qa, tmp_path, route):
     assert code != 0
     shards = qa / "data" / "shards"
     assert not list(shards.rglob(".*")) and not list(shards.rglob("manifest.json"))  # nothing left, nothing published
+    assert not list(scratch_folder(qa).rglob(".*"))
     write_job(prepare_job("qa", str(qa / "params.yaml")), serial_map)
     _same_output(clean, qa)
 

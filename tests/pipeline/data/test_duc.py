@@ -189,6 +189,7 @@ def test_reference_as_written():
     assert duc.reference_as_written(b" one line") == " one line"
 
 
+@pytest.mark.shared_data
 def test_shared_duc2003(tmp_path):
     root = shared_path("duc2003_task1", "duc2003")
     cfg = duc.Config(

@@ -96,6 +96,7 @@ def test_two_candidate_layouts_or_no_setting_are_refused(tmp_path):
         duc.Config(docs_dir="docs")
 
 
+@pytest.mark.shared_data
 def test_shared_duc2003_found_by_its_release_layout(tmp_path):
     root = shared_path("duc2003_task1", "duc2003")  # docs.without.headlines + detagged.duc2003.abstracts/models
     docs, models = duc.locate(duc.Config(release_dir=str(root)))

@@ -342,6 +342,7 @@ def shared() -> tuple[Path, Path]:
     return shared_path("europarl_en_fr"), shared_path("newstest2011_en_fr")
 
 
+@pytest.mark.shared_data
 def test_shared_sgm_and_plain_test_files_hold_the_same_text(shared):
     _, newstest = shared
     sgm = list(E.iter_sgm_pairs(newstest / "newstest2011-src.en.sgm", newstest / "newstest2011-ref.fr.sgm", "nt", "fr"))
@@ -351,6 +352,7 @@ def test_shared_sgm_and_plain_test_files_hold_the_same_text(shared):
     assert sgm[0].id == "nt:aktualne.cz-2010-12-02-60918:1"
 
 
+@pytest.mark.shared_data
 def test_shared_corpus(shared, tmp_path):
     europarl, newstest = shared
     cfg = E.Config(europarl_dir=str(europarl), newstest_dir=str(newstest), shortlist_size=2000)

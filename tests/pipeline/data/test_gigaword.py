@@ -500,6 +500,7 @@ def test_sgml_inputs_directories_and_globs(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
+@pytest.mark.shared_data
 def test_shared_rush_files(tmp_path):
     train, test = shared_path("gigaword_train_slice"), shared_path("gigaword_test_rush")
     cfg = g.Config(
@@ -530,6 +531,7 @@ def _token_profile(table: list[dict], column: str) -> dict:
     }
 
 
+@pytest.mark.shared_data
 def test_shared_cna_sgml_matches_rush_conventions(tmp_path):
     cna = shared_path("gigaword_raw_cna_sample")
     train, test = shared_path("gigaword_train_slice"), shared_path("gigaword_test_rush")
@@ -568,6 +570,7 @@ def test_shared_cna_sgml_matches_rush_conventions(tmp_path):
     assert not set(tgt_b) & g.TITLE_PUNCT and tgt_b["'s"] > 0
 
 
+@pytest.mark.shared_data
 def test_shared_duc2001_2002_as_sgml(tmp_path):
     root = shared_path("raw_news_duc2001_2002")
     cfg = g.Config(

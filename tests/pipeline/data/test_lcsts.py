@@ -280,6 +280,7 @@ def test_config_rejects_bad_settings(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
+@pytest.mark.shared_data
 def test_shared_part_iii_half_both_views(tmp_path):
     part3 = shared_path("lcsts", "PART_III.txt")
     for view in ("char", "word"):
@@ -296,6 +297,7 @@ def test_shared_part_iii_half_both_views(tmp_path):
     assert m["stats"]["tgt_tokens"] == 3719 and m["stats"]["src_tokens"] == 22616  # word view
 
 
+@pytest.mark.shared_data
 def test_shared_clge_subset_char_view(tmp_path):
     folder = shared_path("lcsts_clge_subset")
     cfg = config(

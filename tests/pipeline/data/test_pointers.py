@@ -567,6 +567,7 @@ def _summary(manifests: dict) -> dict:
     }
 
 
+@pytest.mark.shared_data
 def test_shared_cna_sgml_unk(tmp_path):
     cna = shared_path("gigaword_raw_cna_sample")
     cfg = gp.Config.from_dict({"mode": "unk", "sgml_files": [str(cna / "cna_eng_*")]})
@@ -590,6 +591,7 @@ def test_shared_cna_sgml_unk(tmp_path):
                 assert row["tgt_orig"][t] not in row["src_orig"][:p]
 
 
+@pytest.mark.shared_data
 def test_shared_cna_sgml_entity_stub_tagger(tmp_path):
     cna = shared_path("gigaword_raw_cna_sample")
     cfg = gp.Config.from_dict({"mode": "entity", "sgml_files": [str(cna / "cna_eng_*")]})
@@ -606,6 +608,7 @@ def test_shared_cna_sgml_entity_stub_tagger(tmp_path):
                 assert row["tgt"][t] == row["src"][p] and row["tgt"][t].startswith("@entity")
 
 
+@pytest.mark.shared_data
 def test_shared_rush_release_unk(tmp_path):
     train, test = shared_path("gigaword_train_slice"), shared_path("gigaword_test_rush")
     cfg = gp.Config.from_dict(

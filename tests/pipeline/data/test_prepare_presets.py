@@ -61,6 +61,7 @@ PRESETS = {
 }
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_on_shared_data(name, harness, tmp_path):
     from flows.prepare import prepare_corpus

@@ -12,7 +12,6 @@ import time
 import jieba
 import pytest
 
-from pipeline.data.text import segment
 from pipeline.data.text.segment import (
     CACHE_FILE,
     SegmentCache,
@@ -197,7 +196,3 @@ def test_corrupt_cache_file_is_named(tmp_path):
     (tmp_path / CACHE_FILE).write_bytes(b"not a database, just bytes" * 100)
     with pytest.raises(RuntimeError, match=rf"{CACHE_FILE} is unreadable.*delete it"):
         SegmentCache(tmp_path)
-
-
-def test_baseline_timer_runs_jieba():
-    assert segment.jieba_baseline_seconds(TEXTS) > 0

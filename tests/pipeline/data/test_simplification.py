@@ -412,6 +412,7 @@ def test_parse_chunks_return_quarantine_without_counts():
 # --------------------------------------------------------------------------- #
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("variant", ["ori", "anon"])
 def test_shared_wikismall(tmp_path, variant):
     cfg = dress.Config.from_dict(
@@ -433,6 +434,7 @@ def test_shared_wikismall(tmp_path, variant):
         assert {"tag": "LOCATION@1", "text": "Makran"} in test[1]["entities"]
 
 
+@pytest.mark.shared_data
 def test_shared_wikilarge(tmp_path):
     cfg = dress.Config.from_dict(
         {
@@ -449,6 +451,7 @@ def test_shared_wikilarge(tmp_path):
     assert m["test"]["stats"]["refs_identical_to_src"] == 52
 
 
+@pytest.mark.shared_data
 def test_shared_turkcorpus(tmp_path):
     m = turkcorpus.write_splits(turkcorpus.Config.from_dict({"data_dir": str(shared_path("turkcorpus"))}), tmp_path)
     assert {s: (x["rows"], x["rows_quarantined"]) for s, x in m.items()} == {"valid": (2000, 0), "test": (359, 0)}
@@ -458,6 +461,7 @@ def test_shared_turkcorpus(tmp_path):
     assert m["test"]["stats"]["src_tokens"] == 8116
 
 
+@pytest.mark.shared_data
 def test_shared_kauchak_substitute_with_turk_eval(tmp_path):
     data = shared_path("ew_sew_kauchak_v2_slice")
     cfg = ewsew.Config.from_dict(
@@ -476,6 +480,7 @@ def test_shared_kauchak_substitute_with_turk_eval(tmp_path):
     assert (m["valid"]["rows"], m["test"]["rows"]) == (2000, 359)
 
 
+@pytest.mark.shared_data
 def test_shared_original_pwkp_split_if_present(tmp_path):
     raw = shared_path("pwkp_wikismall") / "PWKP_108016"
     if not raw.is_file():

@@ -150,6 +150,7 @@ def test_bad_arguments(tmp_path):
         S.retokenize_corpus(tmp_path, tmp_path / "out", tmp_path / "m.model")
 
 
+@pytest.mark.shared_data
 def test_shared_corpora_round_trip(tmp_path):
     europarl, lcsts = shared_path("europarl_en_fr"), shared_path("lcsts_clge_subset")
     fr = (europarl / "europarl-v7.fr-en.fr").read_text(encoding="utf-8").split("\n")

@@ -221,6 +221,7 @@ def _raw(line: str) -> str:
     return " ".join(words)
 
 
+@pytest.mark.shared_data
 def test_rush_files_are_fixed_points_of_our_steps():
     """Re-tokenising and re-normalising raw text rebuilt from a Rush line gives the line back for
     almost every line: the release's tokens (``'s n't -lrb- `` '' #.## u.s. corp. &amp; us$``)

@@ -208,6 +208,7 @@ def test_decide_needs_a_gain_strictly_above_the_margin():
 
 
 def test_metric_defaults_to_the_task_champion_metric_and_settings_are_checked():
+    from pipeline.config.validation import SettingsError
     from pipeline.retrain.settings import MetricSpec, RetrainConfig, metric_spec
 
     params = {"task_settings": {"gigaword": {"champion": "valid.rouge2"}}}
@@ -219,10 +220,11 @@ def test_metric_defaults_to_the_task_champion_metric_and_settings_are_checked():
     ) == MetricSpec("valid", ("groups", "x->x", "top1"), False)
     assert MetricSpec("test", ("groups", "a", "top1"), True).value({"groups": {"a": {"top1": 12}}}) == 12.0
     with pytest.raises(
-        ValueError, match="frozen_test must be .pin. or .current., got .latest.; margin must be a number >= 0, got -1"
+        SettingsError,
+        match="retrain.margin is -1: must be >= 0.0; retrain.frozen_test is 'latest': must be one of 'pin' or 'current'",
     ):
         RetrainConfig.from_dict({"task": "t", "margin": -1, "frozen_test": "latest"})
-    with pytest.raises(ValueError, match=r"unknown RetrainConfig settings \['cron_expr'\]"):
+    with pytest.raises(SettingsError, match=r"retrain.cron_expr is not a setting \(did you mean cron\?\)"):
         RetrainConfig.from_dict({"task": "t", "cron_expr": "* * * * *"})
 
 

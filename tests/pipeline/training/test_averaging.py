@@ -62,7 +62,7 @@ def _train(data, ckpt, on_step=None, **options):
         model,
         encoded["train"],
         encoded["valid"],
-        TrainConfig(**{"epochs": 4, "batch_size": 8, "seed": 7, **options}),
+        TrainConfig(**{"epochs": 4, "batch_size": 8, "seed": 7, "lr": 1e-3, **options}),
         ckpt,
         model_config=vars(cfg),
         data_hash="d",

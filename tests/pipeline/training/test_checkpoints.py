@@ -1,10 +1,13 @@
 """Model files are data, never code; a model is only loaded for the vocabularies, mechanism and
-training run it was made by; a training that fails leaves no model behind."""
+training run it was made by; a training that fails leaves no model of its own behind and never
+deletes an earlier one."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import re
+import shutil
 import sys
 
 import pytest
@@ -14,7 +17,7 @@ from models.config import ModelConfig
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.io.files import sha256_file
 from pipeline.training.checkpoints import CheckpointError, load_file, load_model, vocab_identity
-from pipeline.training.loop import NoImprovement, build_seeded_model, train
+from pipeline.training.loop import NoImprovement, build_seeded_model, staging_dir, train
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.vocabulary import SPECIALS, Vocab
 from tests.helpers import encoded_task
@@ -159,20 +162,105 @@ def test_model_pt_holds_nothing_of_the_run(trained, tmp_path):
     assert set(saved) == {"model", "model_config", "mechanism", "vocab", "step", "epoch", "valid_loss"}
 
 
-def test_a_training_that_never_improves_fails_and_leaves_no_model(trained, tmp_path):
-    _, encoded, _, _, cfg = trained
-    out = tmp_path / "stalled"
-    # A previous run's model in the directory must not survive as this run's output.
+def _earlier_run(trained, out):
+    """``out`` holding the fixture's trained model.pt and history.json (an earlier run's outputs);
+    returns their bytes."""
+    root = trained[0]
     out.mkdir()
-    torch.save({"model": {}, "model_config": {}}, out / "model.pt")
-    with pytest.raises(NoImprovement, match="did not improve on the untrained model's validation loss"):
-        train(
-            build_seeded_model("copynet", cfg, 0),
-            encoded["train"],
-            encoded["valid"],
-            TrainConfig(epochs=2, batch_size=8, lr=0.0),
-            out,
-            model_config=vars(cfg),
-            progress=False,
-        )
-    assert not (out / "model.pt").exists()
+    for name in ("model.pt", "history.json"):
+        shutil.copy2(root / "ckpt" / name, out / name)
+    return {name: (out / name).read_bytes() for name in ("model.pt", "history.json")}
+
+
+def _train(trained, out, on_validate=None, unchecked: dict | None = None, **options):
+    """Train into ``out``; ``unchecked``: settings forced past TrainConfig's checks (the loop must be
+    safe on its own, whatever the schema lets through)."""
+    _, encoded, src, tgt, cfg = trained
+    info = {"mechanism": "copynet", "vocab": {"src": vocab_identity(src), "tgt": vocab_identity(tgt)}}
+    train_cfg = TrainConfig(**{"epochs": 2, "batch_size": 8, "lr": 0.01, **options})
+    for name, value in (unchecked or {}).items():
+        object.__setattr__(train_cfg, name, value)  # a frozen dataclass
+    return train(
+        build_seeded_model("copynet", cfg, 0),
+        encoded["train"],
+        encoded["valid"],
+        train_cfg,
+        out,
+        model_config=vars(cfg),
+        progress=False,
+        model_info=info,
+        on_validate=on_validate,
+    )
+
+
+def _outputs(out) -> dict:
+    return {name: (out / name).read_bytes() for name in ("model.pt", "history.json")}
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"unchecked": {"epochs": 0}}, r"no training step ran: train.epochs 0"),  # the untrained model is the best
+        ({"unchecked": {"epochs": -1}}, r"no training step ran: train.epochs -1"),
+        ({"unchecked": {"lr": 0.0}}, r"best \d+\.\d+ after \d+ steps"),  # trains, never moves
+    ],
+)
+def test_a_training_that_never_improves_fails_and_keeps_the_earlier_model(trained, tmp_path, options, says):
+    """A run that produces no usable model fails the stage and leaves the earlier run's model.pt and
+    history.json byte for byte (it never deletes a model it did not replace), nor anything of its own."""
+    out = tmp_path / "stalled"
+    earlier = _earlier_run(trained, out)
+    with pytest.raises(NoImprovement) as err:
+        _train(trained, out, **options)
+    message = str(err.value)
+    assert "did not improve on the untrained model's validation loss" in message
+    assert re.search(says, message), message
+    assert f"the earlier {out / 'model.pt'} was kept, not replaced by this run's" in message
+    assert _outputs(out) == earlier
+    assert not staging_dir(out).exists()
+
+
+def test_a_training_that_never_improves_in_an_empty_folder_writes_no_model(trained, tmp_path):
+    with pytest.raises(NoImprovement, match=f"no model.pt was written to {re.escape(str(tmp_path / 'new'))}"):
+        _train(trained, tmp_path / "new", unchecked={"lr": 0.0})
+    assert not (tmp_path / "new" / "model.pt").exists() and not staging_dir(tmp_path / "new").exists()
+
+
+class _Killed(Exception):
+    pass
+
+
+def _kill_after_first_improvement(row: dict) -> None:
+    if row["step"] > 0:  # model.pt of this validation is staged when on_validate runs
+        raise _Killed
+
+
+def test_a_run_stopped_mid_way_keeps_the_earlier_model_and_its_rerun_replaces_it(trained, tmp_path, capsys):
+    """Interrupted after its first improvement, a run has replaced nothing: the earlier model.pt and
+    history.json stay; its own best weights wait in the staging folder, from which its rerun resumes and
+    ends with the model.pt of an uninterrupted run."""
+    options = {"epochs": 3, "checkpoint_every": 1}
+    _train(trained, tmp_path / "straight", **options)
+    out = tmp_path / "run"
+    earlier = _earlier_run(trained, out)
+    with pytest.raises(_Killed):
+        _train(trained, out, on_validate=_kill_after_first_improvement, **options)
+    assert _outputs(out) == earlier
+    assert (staging_dir(out) / "model.pt").exists()  # the resumption's best weights so far
+    capsys.readouterr()
+    _train(trained, out, **options)
+    assert "resuming from" in capsys.readouterr().err
+    assert _outputs(out) == _outputs(tmp_path / "straight") != earlier
+    assert not staging_dir(out).exists()
+
+
+def test_a_completed_run_replaces_model_pt_history_and_steps_and_leaves_no_staging(trained, tmp_path):
+    out = tmp_path / "run"
+    earlier = _earlier_run(trained, out)
+    (out / "steps").mkdir()
+    (out / "steps" / "step-00000099.pt").write_bytes(b"an earlier run's snapshot")
+    history = _train(trained, out, keep_checkpoints=1)
+    assert _outputs(out) != earlier
+    assert load_file(out / "model.pt")["valid_loss"] == min(r["valid_loss"] for r in history)
+    assert [p.name for p in (out / "steps").iterdir()] == [f"step-{history[-1]['step']:08d}.pt"]
+    assert not staging_dir(out).exists() and not list(out.glob(".*"))  # nothing hidden left for DVC to track

@@ -59,7 +59,7 @@ def _setup(mechanism: str, vocab):
         src_vocab=len(vocab),
         tgt_vocab=len(vocab),
     )
-    train_cfg = TrainConfig(seed=3, clip=1.0)
+    train_cfg = TrainConfig(seed=3, clip=1.0, lr=1e-3)
     model = build_seeded_model(mechanism, cfg, 0).train()
     return model, train_cfg, _optimizer(train_cfg, model, torch.device("cpu"))
 

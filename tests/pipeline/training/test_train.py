@@ -19,9 +19,10 @@ import torch
 
 from models.config import ModelConfig
 from models.registry import build_model
+from pipeline.config.validation import SettingsError
 from pipeline.data.corpora.copynet_rules import SCHEMA, RulesConfig, generate_examples
 from pipeline.runtime.device import autocast
-from pipeline.training.loop import NonFiniteLoss, build_seeded_model, train, without_wall_clock
+from pipeline.training.loop import NonFiniteLoss, build_seeded_model, staging_dir, train, without_wall_clock
 from pipeline.training.schedule import EarlyStopping, LRSchedule
 from pipeline.training.settings import TrainConfig
 from pipeline.vocab.batching import collate, token_batches
@@ -46,7 +47,7 @@ def _run(data, ckpt: Path, on_step=None, score_valid=None, **train_options):
     _, encoded, src, tgt = data
     cfg = _cfg(src, tgt)
     model = build_seeded_model("copynet", cfg, 0)
-    options = {"epochs": 3, "batch_size": 8, "seed": 7, **train_options}
+    options = {"epochs": 3, "batch_size": 8, "seed": 7, "lr": 1e-3, **train_options}
     history = train(
         model,
         encoded["train"],
@@ -184,20 +185,22 @@ def test_an_interrupted_run_resumed_under_another_training_run_starts_afresh(dat
 
 
 def test_an_interrupted_run_whose_model_pt_was_deleted_starts_afresh(data, tmp_path, capsys):
-    """`dvc exp run` after an interruption deletes the stage's outputs it holds no record of, model.pt
-    among them, while last.pt (data/train_state) stays: resumed, a run whose best validation came
-    before the interruption would end without model.pt. It starts afresh and ends as an uninterrupted run."""
+    """`dvc exp run` after an interruption deletes the stage's outputs it holds no record of, the staged
+    model.pt (the best weights so far) among them, while last.pt (data/train_state) stays: resumed, a run
+    whose best validation came before the interruption would end without model.pt. It starts afresh and
+    ends as an uninterrupted run."""
     straight, history = _run(data, tmp_path / "a", checkpoint_every=1)
     with pytest.raises(StopTraining):
         _run(data, tmp_path / "b", on_step=stop_at(5), checkpoint_every=1, log_every=1)
-    assert (tmp_path / "b" / "model.pt").exists()  # the untrained or first epoch's validation wrote it
-    (tmp_path / "b" / "model.pt").unlink()
+    staged = staging_dir(tmp_path / "b") / "model.pt"
+    assert staged.exists() and not (tmp_path / "b" / "model.pt").exists()  # the untrained or first epoch's
+    staged.unlink()
     capsys.readouterr()
     resumed, history_b = _run(data, tmp_path / "b", checkpoint_every=1, log_every=1)  # the settings it stopped with
     assert "is gone; starting afresh" in capsys.readouterr().err
     assert [r["epoch"] for r in history_b] == [0, 1, 2, 3]  # from the start, not from step 4
     assert _same_weights(straight.state_dict(), resumed.state_dict())
-    assert (tmp_path / "b" / "model.pt").exists()
+    assert (tmp_path / "b" / "model.pt").exists() and not staging_dir(tmp_path / "b").exists()
 
 
 def test_rerun_after_a_completed_run_starts_afresh(data, tmp_path):
@@ -229,9 +232,14 @@ def test_seeded_model_builds_identical_weights(data):
 def test_non_finite_loss_stops_with_step_and_rows_and_saves_nothing_nan(data, tmp_path):
     """A NaN appears in the 5th training forward pass (the encoder's input, as a corrupt row or an
     overflow would make it): the run stops at step 5 naming the rows; the step is not applied and
-    every checkpoint on disk holds finite weights from before it."""
+    every checkpoint on disk holds finite weights from before it. The failed run replaces no output:
+    an earlier run's model.pt stays as it was, and nothing of this run is staged."""
     _, encoded, src, tgt = data
     cfg = _cfg(src, tgt)
+    earlier = {"model": {"w": torch.ones(2)}, "model_config": {}}
+    (tmp_path / "nan").mkdir()
+    torch.save(earlier, tmp_path / "nan" / "model.pt")
+    earlier_bytes = (tmp_path / "nan" / "model.pt").read_bytes()
     model = build_seeded_model("copynet", cfg, 0)
     calls = []
 
@@ -255,12 +263,13 @@ def test_non_finite_loss_stops_with_step_and_rows_and_saves_nothing_nan(data, tm
         )
     message = str(err.value)
     assert "at step 5 " in message and "rows ['r" in message
+    assert f"The earlier {tmp_path / 'nan' / 'model.pt'} was kept, not replaced by this run's." in message
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the step was not applied
     last = torch.load(tmp_path / "nan" / "last.pt", weights_only=True)
     assert last["progress"]["step"] == 4
-    for name in ("last.pt", "model.pt"):
-        state = torch.load(tmp_path / "nan" / name, weights_only=True)["model"]
-        assert all(torch.isfinite(t).all() for t in state.values()), name
+    assert all(torch.isfinite(t).all() for t in last["model"].values())
+    assert (tmp_path / "nan" / "model.pt").read_bytes() == earlier_bytes
+    assert not staging_dir(tmp_path / "nan").exists()
 
 
 def test_early_stopping_ends_the_run_and_keeps_the_best_model(data, tmp_path):
@@ -447,7 +456,7 @@ def test_select_by_auto_resolves_by_the_metric_kind():
     assert TrainConfig().resolved("exact_match").select_by == "metric"
     assert TrainConfig().resolved("rouge_f").select_by == "loss"
     assert TrainConfig(select_by="loss").resolved("exact_match").select_by == "loss"
-    with pytest.raises(ValueError, match="train.select_by must be one of"):
-        TrainConfig(select_by="accuracy")
-    with pytest.raises(ValueError, match="train.seeds must be >= 1"):
-        TrainConfig(seeds=0)
+    with pytest.raises(SettingsError, match="train.select_by is 'accuracy': must be one of 'auto', 'loss' or 'metric'"):
+        TrainConfig.from_dict({"select_by": "accuracy"})
+    with pytest.raises(SettingsError, match="train.seeds is 0: must be >= 1"):
+        TrainConfig.from_dict({"seeds": 0})

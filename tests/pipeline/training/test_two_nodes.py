@@ -33,7 +33,7 @@ from pipeline.config.paths import TaskPaths
 from pipeline.config.tasks import effective_params
 from pipeline.decoding.validation import job_scorer
 from pipeline.training.job import TrainJob
-from pipeline.training.loop import epoch_batches, row_range
+from pipeline.training.loop import epoch_batches, row_range, staging_dir
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
@@ -336,7 +336,7 @@ def test_a_killed_node_fails_the_other_and_both_resume_to_the_uninterrupted_weig
     uninterrupted, nodes, hosts, tmp_path
 ):
     _fresh(nodes)
-    history = nodes[0] / "data/checkpoints" / TASK / MECH / "history.json"
+    history = staging_dir(nodes[0] / "data/checkpoints" / TASK / MECH) / "history.json"  # the run in progress'
     procs = _start(nodes, hosts, tmp_path / "killed")
     deadline = time.monotonic() + 600
     while not (history.exists() and any(r["step"] >= 8 for r in json.loads(history.read_text() or "[]"))):
@@ -370,6 +370,7 @@ def test_a_killed_node_fails_the_other_and_both_resume_to_the_uninterrupted_weig
     weights = _weights(ckpt / "model.pt")
     assert all(torch.equal(weights[k], uninterrupted["weights"][k]) for k in weights)  # bit for bit
     assert json.loads((ckpt / "history.json").read_text()) == uninterrupted["history"]
+    assert not staging_dir(ckpt).exists()
     # The resumed training logged into the interrupted run (reopened), not a new one.
     assert json.loads((nodes[0] / f"data/train_state/{TASK}/{MECH}/run.json").read_text())["run_id"] == run_id
     assert len(_mechanism_runs(nodes[0].parent)) == 2  # the uninterrupted training's and this one
