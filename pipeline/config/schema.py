@@ -323,8 +323,9 @@ class PresetSettings:
 
 
 @dataclass(frozen=True, config=SETTINGS)
-class TaskSettings:
-    """``task_settings.<task>``: what differs for one task (docs/own_data.md, docs/paper_tasks.md)."""
+class TaskSettings(PresetSettings):
+    """``task_settings.<task>``: what differs for one task (docs/own_data.md, docs/paper_tasks.md): the
+    overrides a preset has, and these."""
 
     raw: Str | None = None  # the default raw input `tasks enable` writes under `tasks`
     champion: Str = "valid.top1"  # valid.<metric>: picks the best row (the registry alias `champion`)
@@ -332,12 +333,6 @@ class TaskSettings:
     needs_hint: Str | None = None  # how to install them
     trainable: Bool = True  # false: the task has no training split here (`tasks list` says why)
     why_not_trainable: Str | None = None
-    vocab: dict[Str, Any] = Field(default_factory=dict)
-    model: dict[Str, Any] = Field(default_factory=dict)
-    train: dict[Str, Any] = Field(default_factory=dict)
-    evaluate: dict[Str, Any] = Field(default_factory=dict)
-    compare: dict[Str, Any] = Field(default_factory=dict)
-    mechanisms: dict[Str, Overrides | None] = Field(default_factory=dict)
     presets: dict[Str, PresetSettings | None] = Field(default_factory=dict)
 
 

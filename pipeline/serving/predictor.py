@@ -40,6 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipeline.config.checks import check_serving
+from pipeline.config.schema import ServingSettings, build
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.raw_input import detokenize, features_splitter, source_tokenizer
 from pipeline.decoding.decode import decode_table, decode_words
@@ -63,17 +64,7 @@ DECODE_KEYS = (
     "ban_unk",
 )
 # params['serving']: the limits a served model applies (ServingConfig fields of the same names)
-LIMIT_KEYS = (
-    "max_inputs",
-    "max_input_chars",
-    "max_src_tokens",
-    "max_beam_size",
-    "max_output_len",
-    "request_timeout_s",
-    "max_concurrent",
-    "max_batch_positions",
-    "unknown_warning",
-)
+LIMIT_KEYS = tuple(f.name for f in fields(ServingSettings))  # params.yaml `serving`: the limits
 
 
 @dataclass(frozen=True)
@@ -96,34 +87,20 @@ class ServingConfig:
     pretokenized: bool = False  # True: inputs are already the corpus's tokens, space-separated
     extra: dict = field(default_factory=dict)  # free-form provenance (run id, git commit ...)
     files: dict = field(default_factory=dict)  # artifact file name -> sha256 at logging, checked at loading
-    # Limits (params['serving']; a serving.json written before they existed gets these defaults)
-    max_inputs: int = 64  # texts per request (predict: lines per decoding chunk)
-    max_input_chars: int = 20_000  # characters per text, checked before tokenising
-    max_src_tokens: int = 400  # source tokens per text, after tokenising
-    max_beam_size: int = 20  # the largest beam_size a request may ask for
-    max_output_len: int = 200  # the largest max_len a request may ask for
-    request_timeout_s: float = 30.0  # decoding stops after this many seconds (HTTP 504)
-    max_concurrent: int = 1  # decodes at once per server process; others wait up to the timeout (HTTP 503)
-    max_batch_positions: int = 100_000  # beam rows x source tokens per decoding batch (bounds memory)
-    unknown_warning: float = 0.5  # warn above this fraction of source tokens outside the source vocabulary
+    # Limits (params['serving'], the schema's types, ranges and defaults; a serving.json written before
+    # they existed gets these defaults)
+    max_inputs: int = ServingSettings.max_inputs  # texts per request (predict: lines per decoding chunk)
+    max_input_chars: int = ServingSettings.max_input_chars  # characters per text, checked before tokenising
+    max_src_tokens: int = ServingSettings.max_src_tokens  # source tokens per text, after tokenising
+    max_beam_size: int = ServingSettings.max_beam_size  # the largest beam_size a request may ask for
+    max_output_len: int = ServingSettings.max_output_len  # the largest max_len a request may ask for
+    request_timeout_s: float = ServingSettings.request_timeout_s  # decoding stops after this (HTTP 504)
+    max_concurrent: int = ServingSettings.max_concurrent  # decodes at once per server process (then HTTP 503)
+    max_batch_positions: int = ServingSettings.max_batch_positions  # beam rows x source tokens per batch
+    unknown_warning: float = ServingSettings.unknown_warning  # warn above this share of unknown source tokens
 
     def __post_init__(self) -> None:
-        ints = ("max_inputs", "max_input_chars", "max_src_tokens", "max_beam_size", "max_output_len")
-        ints += ("max_concurrent", "max_batch_positions")
-        bad = [k for k in ints if isinstance(getattr(self, k), bool) or not isinstance(getattr(self, k), int)]
-        bad += [k for k in ints if k not in bad and getattr(self, k) < 1]
-        timeout = self.request_timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            bad.append("request_timeout_s")
-        share = self.unknown_warning
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-            bad.append("unknown_warning")
-        if bad:
-            shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
-            raise ValueError(
-                f"serving limits must be integers >= 1 (request_timeout_s a number > 0, unknown_warning "
-                f"a fraction in [0, 1]): {shown}"
-            )
+        build(ServingSettings, {k: getattr(self, k) for k in LIMIT_KEYS}, "serving")  # the schema's checks
         check_serving(
             {"beam_size": self.beam_size, "max_len": self.max_len},
             {"max_beam_size": self.max_beam_size, "max_output_len": self.max_output_len},
@@ -154,10 +131,7 @@ class ServingConfig:
         applied), the reader settings of ``params['prepare'][task]`` and the limits of
         ``params['serving']`` (an unknown key there is an error)."""
         decode = {k: evaluate_settings[k] for k in DECODE_KEYS if k in evaluate_settings}
-        limits = dict(serving_settings or {})
-        unknown = sorted(set(limits) - set(LIMIT_KEYS))
-        if unknown:
-            raise ValueError(f"params.yaml: unknown serving settings {unknown}; known: {list(LIMIT_KEYS)}")
+        limits = vars(build(ServingSettings, serving_settings, "serving"))  # every limit, checked
         return cls(task=task, mechanism=mechanism, prepare=dict(prepare_settings), **{**decode, **limits, **overrides})
 
     def eval_config(self, **overrides) -> EvalConfig:

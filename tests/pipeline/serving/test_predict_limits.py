@@ -67,13 +67,13 @@ def test_pyfunc_refuses_each_limit_with_its_reason(project, texts, params, index
 def test_serving_config_checks_its_limits() -> None:
     from pipeline.serving.predictor import ServingConfig
 
-    with pytest.raises(ValueError, match="unknown serving settings \\['max_beams'\\]"):
+    with pytest.raises(ValueError, match="serving.max_beams is not a setting \\(did you mean max_beam_size\\?\\)"):
         ServingConfig.from_params(TASK, "copynet", {"reader": "copynet_rules"}, {}, {"max_beams": 3})
     with pytest.raises(ValueError, match="beam_size=10 is over the serving limit serving.max_beam_size=4"):
         ServingConfig.from_params(TASK, "copynet", {"reader": "copynet_rules"}, {"beam_size": 10}, LIMITS)
-    with pytest.raises(ValueError, match="max_src_tokens=0, request_timeout_s=-1"):
+    with pytest.raises(ValueError, match="serving.max_src_tokens is 0: must be >= 1; serving.request_timeout_s is -1"):
         serving_config("copynet", max_src_tokens=0, request_timeout_s=-1)
-    with pytest.raises(ValueError, match="unknown_warning=1.5"):
+    with pytest.raises(ValueError, match="serving.unknown_warning is 1.5: must be <= 1"):
         serving_config("copynet", unknown_warning=1.5)
     # a serving.json saved before the limits existed: default limits, caps at least its own defaults
     old = ServingConfig.from_dict({"task": TASK, "mechanism": "copynet", "prepare": {}, "beam_size": 50})

@@ -18,9 +18,9 @@ from pipeline.stages import evaluate
     [
         ({"serving": {"max_output_len": 8}}, "evaluate.max_len=12 is over the serving limit serving.max_output_len=8"),
         ({"serving": {"max_beam_size": 2}}, "evaluate.beam_size=3 is over the serving limit serving.max_beam_size=2"),
-        ({"evaluate": {"max_len": 0}}, "evaluate.max_len must be an integer >= 1, got 0"),
-        ({"evaluate": {"beam_size": "abc"}}, "evaluate.beam_size must be an integer >= 1, got 'abc'"),
-        ({"evaluate": {"ban_unk": "maybe"}}, "evaluate.ban_unk must be true or false, got 'maybe'"),
+        ({"evaluate": {"max_len": 0}}, "evaluate.max_len is 0: must be >= 1"),
+        ({"evaluate": {"beam_size": "abc"}}, "evaluate.beam_size is 'abc': must be an integer"),
+        ({"evaluate": {"ban_unk": "maybe"}}, "evaluate.ban_unk is 'maybe': must be true or false"),
     ],
 )
 def test_evaluate_refuses_before_decoding(toy_project, tmp_path, change, message):
