@@ -33,9 +33,11 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from pipeline.config.params import load_params, project_root  # noqa: E402
+from pipeline.config.params import project_root  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
+from pipeline.config.schema import check_params_file  # noqa: E402
 from pipeline.config.tasks import effective_params  # noqa: E402
+from pipeline.config.validation import SettingsError  # noqa: E402
 from pipeline.data.add_task import METRICS  # noqa: E402
 from pipeline.decoding.decode import decode_table  # noqa: E402
 from pipeline.decoding.scoring import score_records  # noqa: E402
@@ -191,7 +193,10 @@ def run(args) -> int:
         return 0
     if not args.task:
         raise Refused("--task is needed (unless --print)")
-    params = load_params(args.params)
+    try:
+        params = check_params_file(args.params)  # every setting checked first
+    except SettingsError as err:
+        raise Refused(str(err)) from None
     paths = TaskPaths(args.task, project_root(args.params))
     mechanisms, settings, notes = plan(args, params, paths)
     try:

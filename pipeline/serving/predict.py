@@ -41,7 +41,8 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from pipeline.config.backbones import row_vocab_dir
-from pipeline.config.params import load_params, project_root
+from pipeline.config.params import project_root
+from pipeline.config.schema import check_params_file
 from pipeline.config.tasks import effective_params
 from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
@@ -103,7 +104,7 @@ def checkpoint_model(args: argparse.Namespace):
         raise FileNotFoundError(f"{ckpt / 'model.pt'}: no trained model (run the train stage first)")
     task = args.task or ckpt.parent.name
     mechanism = args.mechanism or ckpt.name
-    params = load_params(args.params)
+    params = check_params_file(args.params)  # every setting checked first (one line when one is wrong)
     prepare = (params.get("prepare") or {}).get(task)
     if prepare is None:
         raise KeyError(f"params has no prepare.{task}: the reader settings that say how to tokenise raw text")
