@@ -200,13 +200,18 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
     assert changed_stages(repo, env) == set()
 
-    # One row's settings (task_settings.<task>.mechanisms.<row>) rerun that row alone, and the comparison.
+    # One row's settings (task_settings.<task>.mechanisms.<row>) rerun that row alone, and the comparison
+    # (a mechanism's entry also reaches its variants, a variant's only itself).
     params = yaml.safe_load((repo / "params.yaml").read_text())
     entries = params["task_settings"]["copy_rules"].setdefault("mechanisms", {})
-    entries.setdefault("copynet", {}).setdefault("train", {})["epochs"] = 1
+    entries.setdefault("wean", {}).setdefault("train", {})["epochs"] = 1
+    entries.setdefault("copynet_transformer", {}).setdefault("train", {})["epochs"] = 1
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(["dvc", "repro", "settings"], repo, env)
-    assert changed_stages(repo, env) == {"train@copy_rules-copynet", "evaluate@copy_rules-copynet", "compare"}
+    rows = ("wean", "copynet_transformer")
+    assert changed_stages(repo, env) == {f"{s}@copy_rules-{r}" for s in ("train", "evaluate") for r in rows} | {
+        "compare"
+    }
     run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
     assert changed_stages(repo, env) == set()
 
