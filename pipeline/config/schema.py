@@ -41,7 +41,7 @@ from pipeline.config.tasks import (
     task_names,
 )
 from pipeline.config.validation import SettingsError
-from pipeline.config.variants import VARIANT_KEYS, resolve
+from pipeline.config.variants import resolve
 
 T = TypeVar("T")
 
@@ -506,8 +506,6 @@ def _check(params: Mapping) -> None:
     for row in document.mechanisms:
         resolve(params, row)
     for variant, spec in document.variants.items():
-        unknown = sorted(set(spec.__dict__) - VARIANT_KEYS)
-        assert not unknown  # extra="forbid" refused them
         for section in MECHANISM_SECTIONS:
             _check_overrides({section: getattr(spec, section)}, f"variants.{variant}", MECHANISM_SECTIONS)
     for task, settings in document.task_settings.items():
