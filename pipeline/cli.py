@@ -104,7 +104,7 @@ def run(
         print("\n".join(f"Running stage '{stage}'" for stage in stages + (["compare"] if compare else [])))
         raise typer.Exit(0)
     if dry:
-        _call(["dvc", "repro", "--dry", *targets])
+        _call([sys.executable, "-m", "dvc", "repro", "--dry", *targets])  # this environment's dvc, activated or not
     _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *targets])
 
 
@@ -130,7 +130,23 @@ def serve(
     prefix = (load_params().get("tracking") or {}).get("registry_prefix") or ""
     uri = f"models:/{prefix}{task}/{alias}" if alias.isdigit() else f"models:/{prefix}{task}@{alias}"
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{REPO_ROOT / 'mlflow.db'}")
-    _call(["mlflow", "models", "serve", "-m", uri, "--host", "127.0.0.1", "-p", str(port), "--env-manager", "local"])
+    _call(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            uri,
+            "--host",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--env-manager",
+            "local",
+        ]
+    )
 
 
 @app.command(name="eval-options", context_settings=PASS_THROUGH, add_help_option=False)
