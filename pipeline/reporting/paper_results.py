@@ -2,7 +2,7 @@
 
 The numbers live in the data file ``pipeline/reporting/paper_results.yaml`` (shipped as package data), one
 entry per table id; this module reads it once, validates every table, and exposes each table as a
-dict of the same shape as ``COPYNET_TABLE1``::
+dict of the same shape as ``PAPER_TABLES["copynet_table1"]``::
 
     {"columns": [metric keys], "rows": {row key: [one value per column]}, "source": "paper, Table N",
      # optional:
@@ -185,27 +185,6 @@ def validate_table(table_id: str, table: dict, origin: str = "pipeline/reporting
 PAPER_TABLES: dict[str, dict]
 _ROW_SOURCES: RowSources
 PAPER_TABLES, _ROW_SOURCES = load_tables()
-
-# One name per table, as before the tables moved to the YAML (the same objects as in PAPER_TABLES).
-COPYNET_TABLE1 = PAPER_TABLES["copynet_table1"]
-COPYNET_TABLE3_CHAR = PAPER_TABLES["copynet_table3_char"]
-COPYNET_TABLE3_WORD = PAPER_TABLES["copynet_table3_word"]
-WEAN_TABLE1_PWKP = PAPER_TABLES["wean_table1_pwkp"]
-WEAN_TABLE2_EWSEW = PAPER_TABLES["wean_table2_ewsew"]
-WEAN_TABLE3_PWKP_HUMAN = PAPER_TABLES["wean_table3_pwkp_human"]
-WEAN_TABLE3_EWSEW_HUMAN = PAPER_TABLES["wean_table3_ewsew_human"]
-WEAN_TABLE4_LCSTS = PAPER_TABLES["wean_table4_lcsts"]
-WEAN_TABLE5_PARAMS = PAPER_TABLES["wean_table5_params"]
-PS_TABLE1_UNK = PAPER_TABLES["ps_table1_unk"]
-PS_TABLE2_ENTITY = PAPER_TABLES["ps_table2_entity"]
-PS_TABLE3_UNK_RECALL = PAPER_TABLES["ps_table3_unk_recall"]
-PS_TABLE5_EUROPARL = PAPER_TABLES["ps_table5_europarl"]
-PS_RAREST_WORD = PAPER_TABLES["ps_rarest_word"]
-READ_AGAIN_TABLE1_GIGAWORD = PAPER_TABLES["read_again_table1_gigaword"]
-READ_AGAIN_TABLE2_DUC2004 = PAPER_TABLES["read_again_table2_duc2004"]
-READ_AGAIN_TABLE3_DECODER_SIZE = PAPER_TABLES["read_again_table3_decoder_size"]
-READ_AGAIN_TABLE4_ENCODER_SIZE = PAPER_TABLES["read_again_table4_encoder_size"]
-READ_AGAIN_TABLE5_DECODE_TIME = PAPER_TABLES["read_again_table5_decode_time"]
 
 
 def published_systems(table: dict) -> list[str]:
