@@ -14,12 +14,12 @@ The backbones are built from configs with fresh weights (speed does not depend o
   small      d_model 256, 3 encoder and 3 decoder layers, 4 heads, feed-forward 1024, vocabulary
              16,000; BART and T5; batch 16 x source 48 x target 24; 1 warm-up step, 5 rounds
   bart-base  BART-base's shape: d_model 768, 6 + 6 layers, 12 heads, feed-forward 3072, vocabulary
-             50,265; BART only; Gigaword's shape as bench_device.py (source 31, target 9 + </s>);
+             50,265; BART only; Gigaword's shape as bench_mechanisms.py (source 31, target 9 + </s>);
              batch 64 and a 16,000-token budget (390 sentences); 2 warm-up steps, 5 rounds
 
 A batch holds random source ids and targets that repeat source spans (``--tgt-len`` words, then
 </s>). Batchings: ``--batch`` sentences, and with ``--max-tokens N`` a token budget too, N // (source
-+ target + 1) sentences (bench_device.py's budget_batches for the same shape; the header prints it).
++ target + 1) sentences (bench_mechanisms.py's budget for the same shape; the header prints it).
 Precisions (``--precisions``): fp32, and bf16 = autocast as train.amp (``--bf16`` is
 ``--precisions bf16``); decoding runs in the row's precision too. Training: one teacher-forced
 forward, backward and Adam step per batch (fused Adam on CUDA); decoding: batched beam search
@@ -32,10 +32,10 @@ Rows are measured in rounds, every head once per round in turn, so a load that c
                 allocated above what was resident before it (torch.cuda.max_memory_allocated after
                 reset_peak_memory_stats, less the other heads' models, which stay on the device);
                 NaN on the CPU
-  MFLOP/token   bench_device.mflop_per_token (FlopCounterMode, one float32 forward + backward of the
-                batch on a copy of the model, as bench_training.py counts), once per head and batching
+  MFLOP/token   benchmarks.throughput.mflop_per_token (FlopCounterMode, one float32 forward + backward
+                of the batch on a copy of the model, as bench_mechanisms.py counts), once per head and batching
   TFLOP/s       MFLOP/token x training tokens/s; % bf16 peak: that over the bf16 peak, measured at the
-                start as bench_device.py does (bf16_peak_tflops) or ``--peak-tflops``
+                start as bench_mechanisms.py does on CUDA (bf16_peak_tflops) or ``--peak-tflops``
 
 ``--json PATH``: the environment (device, torch, CUDA, driver, the bf16 peak) and every row,
 rewritten after every group of rows; ``--deadline-s``: skip what is left after that many seconds.
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_device import environment, mflop_per_token, peak_environment
+from benchmarks.throughput import device_or_exit, environment, mflop_per_token, peak_environment
 from models.batch import Batch
 from models.config import ModelConfig
 from models.registry import build_model
@@ -260,10 +260,11 @@ COLUMNS = (
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    device = device_or_exit(args.device, "bench_backbones.py")  # no such device here: one line, exit 2
+    args.device = str(device)
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    device = torch.device(args.device)
     cuda = device.type == "cuda"
     heads = ["backbone_lm", *(h for h in HEADS if h in args.only and h != "backbone_lm")]  # the baseline first
     env = {**environment(device), **peak_environment(device, args.peak_tflops)}

@@ -1,13 +1,13 @@
-"""Peer figure for bench_training.py: OpenNMT-py 3.5.1's copy-attention model (``copy_attn: true``),
-trained by OpenNMT's own ``onmt_train`` on the same Gigaword-shaped synthetic data: target tokens/s
-and peak GPU memory.
+"""Peer figure for ``bench_mechanisms.py --data gigaword``: OpenNMT-py 3.5.1's copy-attention model
+(``copy_attn: true``), trained by OpenNMT's own ``onmt_train`` on the same Gigaword-shaped synthetic
+data: target tokens/s and peak GPU memory.
 
 What runs. For every target vocabulary size V (``--vocabs``, default 16000 50000) and precision
 (``--precision``, default fp32): ``--pairs`` source/target pairs from benchmarks/gigaword_shaped.py
-(``sample_pairs`` over ``words(1.1 V)``, as bench_training.py: sources of 31 tokens, targets of 9,
+(``sample_pairs`` over ``words(1.1 V)``, as bench_mechanisms.py: sources of 31 tokens, targets of 9,
 Zipfian words, half of each target copied from its source), written as plain text; one vocabulary
 file with the V - 4 most frequent words, shared by source and target (``share_vocab``), to which
-OpenNMT adds its 4 specials (<unk> <blank> <s> </s>): exactly V ids, as bench_training.py's
+OpenNMT adds its 4 specials (<unk> <blank> <s> </s>): exactly V ids, as bench_mechanisms.py's
 ``Vocab``, so the words beyond them are OOV and reach the output only by copying. Then
 ``onmt.bin.train.main()`` in a child Python process with this config (the rest at OpenNMT's
 defaults):
@@ -25,7 +25,7 @@ defaults):
     the bucket's length sorting to do).
 
 Sizes differ in one respect: OpenNMT's brnn splits hidden_size over the two directions
-(hidden_size 300 = 150 per direction, memory 300, decoder 300), while bench_training.py's ``hidden``
+(hidden_size 300 = 150 per direction, memory 300, decoder 300), while bench_mechanisms.py's ``hidden``
 is per direction (300: memory 600, decoder 300). ``--onmt-hidden 600`` gives OpenNMT our encoder
 (300 per direction, memory 600) but a 600-unit decoder and output layer. OpenNMT's rnn decoder
 also feeds its previous attentional output back with the word (``input_feed`` 1, its default:
@@ -36,7 +36,7 @@ our CopyNet and 12,098,951 for our pointer-generator at emb 150 / hidden 300.
 What is timed. The child wraps OpenNMT's ``ReportMgrBase.report_training`` (called after every
 optimizer step); at each report point (every ``--report-every`` steps) it synchronizes CUDA and
 records perf_counter and OpenNMT's counts for the window since the previous one (target tokens =
-non-padding target positions with </s>, without <s>: 10 per pair here, as bench_training.py counts
+non-padding target positions with </s>, without <s>: 10 per pair here, as bench_mechanisms.py counts
 them). After ``--warmup`` untimed steps come ``--steps`` timed ones:
 
     target tok/s     (the table's figure) the timed windows' target tokens / the wall-clock between
@@ -47,13 +47,13 @@ them). After ``--warmup`` untimed steps come ``--steps`` timed ones:
                      JSON also has max_memory_reserved, the caching allocator's peak, and the
                      child's max RSS; on the CPU only the RSS)
 
-Compared with bench_training.py's figures, this one is OpenNMT's whole training loop: its data
+Compared with bench_mechanisms.py's figures, this one is OpenNMT's whole training loop: its data
 pipeline (2 DataLoader worker processes that batch ahead, so mostly off the critical path), the
 host syncs of its per-step statistics (``.item()``), its copy loss, clipping and Adam
-(torch.optim.Adam, not fused), while bench_training.py times forward, backward, clip and fused
-Adam on batches already collated and on the device. On CUDA bench_training.py uses bf16 autocast;
+(torch.optim.Adam, not fused), while bench_mechanisms.py times forward, backward, clip and fused
+Adam on batches already collated and on the device. On CUDA bench_mechanisms.py uses bf16 autocast;
 ``--precision bf16`` runs OpenNMT's amp path with bf16 instead of fp16 autocast (a runtime patch,
-below) for the like-for-like row. On the CPU, ``--threads`` (default 1, as bench_training.py) sets
+below) for the like-for-like row. On the CPU, ``--threads`` (default 1, as bench_mechanisms.py) sets
 torch's threads in the child (the data workers run beside it).
 
 Installing OpenNMT-py. It is not a project dependency and nothing is downloaded at run time:

@@ -31,7 +31,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 import models.extended as extended  # noqa: E402
-from benchmarks.bench_training import batches_for  # noqa: E402
+from benchmarks.throughput import batches_for  # noqa: E402
 from models.config import ModelConfig  # noqa: E402
 from models.registry import DISPLAY_NAMES, build_model  # noqa: E402
 from pipeline.decoding import search  # noqa: E402

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU proof in one run (docs/training.md, "On a GPU"): the device tests on CUDA (every mechanism's
 # contract on the recurrent and the Transformer decoder, the backbone heads on tiny local backbones,
-# deterministic training, bf16, update_freq, averaging, CUDA graphs), then the CUDA-graph benchmark
-# (benchmarks/bench_cuda_graphs.py), the Transformer-decoder rows of benchmarks/bench_device.py and the
-# heads on a BART-base-shaped backbone (benchmarks/bench_backbones.py). Logs and JSON go to $OUT
+# deterministic training, bf16, update_freq, averaging, CUDA graphs), then from
+# benchmarks/bench_mechanisms.py CUDA graphs against eager training (--modes two-phase graphed) and the
+# Transformer-decoder rows, and the heads on a BART-base-shaped backbone (benchmarks/bench_backbones.py).
+# Logs and JSON go to $OUT
 # (default out/gpu). The GPU machine lacks the project's pinned transformers: its wheels travel in
 # .whl/ (git-ignored; benchmarks/README.md says which) and install to /tmp/site.
 #
@@ -26,14 +27,17 @@ timeout ${TEST_TIMEOUT:-200} $PY -m pytest -q -m device --device cuda -p no:cach
 echo "pytest exit $?"
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -25
 echo "== CUDA graphs"
-timeout ${GRAPHS_TIMEOUT:-120} $PY -m benchmarks.bench_cuda_graphs ${GRAPHS_ARGS:---mechanisms copynet pointer_generator rnnsearch read_again --batches 8 --deadline-s 100} --json "$OUT/graphs.json" >"$OUT/graphs.md" 2>&1
+timeout ${GRAPHS_TIMEOUT:-120} $PY -m benchmarks.bench_mechanisms --device cuda --sections train --data gigaword --modes two-phase graphed \
+    ${GRAPHS_ARGS:---mechanisms copynet pointer_generator rnnsearch read_again --vocabs 50000 --amp off bf16 --max-tokens 16000 --budget-lengths varied --batches 8 --steps 16 --warmup 0 --deadline-s 100} \
+    --json "$OUT/graphs.json" >"$OUT/graphs.md" 2>&1
 echo "graphs exit $?"
 grep -v Warning "$OUT/graphs.md" | tail -22
 echo "== Transformer-decoder rows"
-timeout ${DEVICE_TIMEOUT:-105} $PY -m benchmarks.bench_device ${DEVICE_ARGS:---sections train --decoders transformer --sizes 150x300 512x512 --vocabs 16000 50000 --amp off bf16 --batch 64 --max-tokens 16000 --warmup 2 --steps 6 --deadline-s 90} \
-    --json "$OUT/device.json" >"$OUT/bench_device.md" 2>&1
-echo "bench_device exit $?"
-tail -5 "$OUT/bench_device.md"
+timeout ${DEVICE_TIMEOUT:-105} $PY -m benchmarks.bench_mechanisms --device cuda --sections train --data gigaword \
+    ${DEVICE_ARGS:---decoders transformer --sizes 150x300 512x512 --vocabs 16000 50000 --amp off bf16 --batch 64 --max-tokens 16000 --warmup 2 --steps 6 --deadline-s 90} \
+    --json "$OUT/device.json" >"$OUT/transformer_rows.md" 2>&1
+echo "transformer rows exit $?"
+tail -5 "$OUT/transformer_rows.md"
 echo "== heads on a BART-base-shaped backbone"
 timeout ${BACKBONE_TIMEOUT:-90} $PY -m benchmarks.bench_backbones ${BACKBONE_ARGS:---preset bart-base --device cuda --precisions fp32 bf16 --batch 64 --max-tokens 16000 --skip-decode --deadline-s 70} \
     --json "$OUT/backbones.json" >"$OUT/bench_backbones.md" 2>&1

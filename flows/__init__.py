@@ -26,7 +26,7 @@ for _key, _value in {
     "DVC_NO_ANALYTICS": "1",
     # PyTorch's own switch: 2 MB-aligned, huge-page-backed CPU tensors. Output layers over large
     # vocabularies allocate (B*T, V) tensors above glibc's mmap threshold, which otherwise page-fault
-    # afresh on every step (benchmarks/bench_training.py measures the difference). Read at the
+    # afresh on every step (benchmarks/bench_mechanisms.py measures the difference). Read at the
     # first allocation, hence here, before torch is imported.
     "THP_MEM_ALLOC_ENABLE": "1",
 }.items():

@@ -32,7 +32,7 @@ class _LogSumExp(torch.autograd.Function):
     Why by hand: ``torch.logsumexp`` saves its input and recomputes exp(x - lse) in the backward pass
     (a subtraction, an exp and a product, each a pass over the (..., V) scores with a new tensor);
     over a vocabulary those passes cost as much as a third of the output layer's matrix products
-    (benchmarks/bench_training.py). Here the exponentials exp(x - max) the forward pass computes
+    (benchmarks/bench_mechanisms.py). Here the exponentials exp(x - max) the forward pass computes
     anyway are kept (in place of the input, which is then free) and the gradient is one product,
     softmax(x) * g = exp(x - max) * (g / sum)."""
 

@@ -30,7 +30,7 @@ at once:
      ids (``OutputLayer.sequence_gold``) without building the (B, T, V + X) distribution.
 ``forward(batch, stepwise=True)`` is the previous, one-step-at-a-time teacher forcing (``step`` for
 every position, output layer included); the tests check that both give the same log-likelihoods and
-gradients, and ``benchmarks/bench_training.py`` compares their speed.
+gradients, and ``benchmarks/bench_mechanisms.py --modes stepwise two-phase`` compares their speed.
 
 Every output layer describes its distribution by ``Scores`` in log space:
   log p(w) = logaddexp(gen_shift + gen[w], copy_shift + logsumexp_{j: x_j = w} copy[j])

@@ -263,7 +263,7 @@ def sleep_idle_openmp_threads() -> None:
     """``OMP_WAIT_POLICY=PASSIVE`` unless the user set it: a GNU OpenMP thread (PyTorch's CPU kernels,
     MKL) with nothing to do sleeps at once instead of spinning. Alone that costs nothing; on a machine
     shared with other jobs a spinning thread burns the time slice the thread it waits for needs
-    (benchmarks/bench_shared_machine.py). The work each thread does is the same, so are the bits
+    (benchmarks/bench_process_settings.py --setting omp-wait-policy). The work each thread does is the same, so are the bits
     (tests/pipeline/runtime/test_omp_wait_policy.py). Not a pin (results do not depend on it), but
     read, as the pins are, when the library loads: ``pipeline/__init__.py`` calls it, so every entry
     point (the stage flows, ``python -m pipeline.*`` such as a second machine's train_node, serving)
@@ -289,7 +289,7 @@ def keep_freed_memory() -> bool:
     gives the heap's free top back past twice that threshold, so a process that only decodes pays
     a thousand page faults a step, and the kernel zeroing those pages (greedy, 64 sentences at a
     time, 50,000 words: 1,300-1,400 faults a step and 12-17% of the speed;
-    benchmarks/bench_allocator.py). Here blocks up to 32 MiB come from the heap and up to 256 MiB
+    benchmarks/bench_process_settings.py --setting malloc). Here blocks up to 32 MiB come from the heap and up to 256 MiB
     of free heap stay with the process. The addresses change, not the arithmetic: PyTorch aligns
     every tensor to 64 bytes either way, so the bits are the same (the benchmark compares every
     hypothesis; tests/pipeline/runtime/test_malloc.py a whole run). Set only where a process decodes

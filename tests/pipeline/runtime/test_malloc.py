@@ -1,6 +1,6 @@
 """glibc's malloc as the pipeline sets it in a process that decodes (math_pins.keep_freed_memory, from
 pin_entry_point: the evaluate stage, predict, the server): freed blocks up to 32 MiB are reused
-instead of mapped fresh from the kernel (a search step's score tensors: benchmarks/bench_allocator.py);
+instead of mapped fresh from the kernel (a search step's score tensors: benchmarks/bench_process_settings.py --setting malloc);
 the arithmetic is the same, and so are the bits. Training processes keep glibc's defaults."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """OMP_WAIT_POLICY=PASSIVE (math_pins.sleep_idle_openmp_threads, called where the pipeline loads) for
 every stage process: idle OpenMP threads sleep instead of spinning, so a machine shared with other
 jobs costs time in proportion
-(benchmarks/bench_shared_machine.py); the work each thread does is the same, and so are the bits."""
+(benchmarks/bench_process_settings.py --setting omp-wait-policy); the work each thread does is the same, and so are the bits."""
 
 from __future__ import annotations
 
