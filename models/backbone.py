@@ -148,11 +148,10 @@ class BackboneSeq2Seq(Seq2Seq):
         nn.Module.__init__(self)
         self.cfg, self.net, self.output, self.opts = cfg, net, output, opts
         ids = opts.token_ids or IDENTITY_TOKEN_IDS
-        src_ids = torch.tensor(project_token_ids(cfg.src_vocab, ids))
-        tgt_ids = torch.tensor(project_token_ids(cfg.tgt_vocab, ids))
-        self.register_buffer("src_ids", src_ids, persistent=False)  # (V_src,) project id -> backbone id
-        self.register_buffer("tgt_ids", tgt_ids, persistent=False)  # (V,)
-        self.identity = torch.equal(tgt_ids, torch.arange(cfg.tgt_vocab))  # LM scores by a slice
+        src_ids, tgt_ids = project_token_ids(cfg.src_vocab, ids), project_token_ids(cfg.tgt_vocab, ids)
+        self.register_buffer("src_ids", torch.tensor(src_ids), persistent=False)  # (V_src,) project id -> backbone id
+        self.register_buffer("tgt_ids", torch.tensor(tgt_ids), persistent=False)  # (V,)
+        self.identity = tgt_ids == list(range(cfg.tgt_vocab))  # LM scores by a slice (lists: no meta tensors)
         self.n_layers = decoder_layers(net.config)
         heads = getattr(net.config, "decoder_attention_heads", None) or getattr(net.config, "num_heads", None)
         layer = opts.copy_layer if opts.copy_layer >= 0 else self.n_layers + opts.copy_layer
@@ -210,7 +209,13 @@ class BackboneSeq2Seq(Seq2Seq):
         mask = batch.src != PAD  # (B, S)
         encoder = self.net.get_encoder()
         memory = encoder(input_ids=self.src_ids[batch.src], attention_mask=mask.long()).last_hidden_state  # (B, S, D)
-        state: State = {"memory": memory, "src_mask": mask, "src_ext": batch.src_ext, "n_ext": batch.n_ext}
+        return self.start_state(memory, mask, batch.src_ext, batch.n_ext)
+
+    def start_state(self, memory: torch.Tensor, mask: torch.Tensor, src_ext: torch.Tensor, n_ext: int) -> State:
+        """The state before the first decoding step, from the encoder states (B, S, D), the source mask
+        (B, S), the source's extended ids (B, S) and the number of extended slots X (what ``encode``
+        builds, and the Hugging Face face in models/hf builds from ``generate``'s encoder outputs)."""
+        state: State = {"memory": memory, "src_mask": mask, "src_ext": src_ext, "n_ext": n_ext}
         if self.coverage:
             state["coverage"] = memory.new_zeros(mask.shape, dtype=memory.dtype)  # (B, S) c^1 = 0 (See eq. 10)
         state.update(self.output.init_state(state))
