@@ -10,6 +10,7 @@ modules keep working alone and every entry process pins its math libraries as be
 ``run``            one task's stages alone (``dvc repro`` of its rows), or ``--dry``
 ``repro``          the whole pipeline (``dvc repro``) with one local Prefect server
 ``predict``        raw text in, outputs out, from a checkpoint or a registered model
+``export``         a trained model as ONNX graphs served without torch (or a copy head as a Hugging Face folder)
 ``serve``          the registered champion over HTTP on 127.0.0.1 (``mlflow models serve``)
 ``eval-options``   decoding options scored on the validation split, without retraining
 ``render-results`` the docs' result tables from the metrics files
@@ -118,6 +119,12 @@ def repro(ctx: typer.Context) -> None:
 def predict(ctx: typer.Context) -> None:
     """Raw text in, outputs out: `predict --model models:/TASK@champion < in.txt` (see --help)."""
     _module("pipeline.serving.predict", ctx.args)
+
+
+@app.command(context_settings=PASS_THROUGH, add_help_option=False)
+def export(ctx: typer.Context) -> None:
+    """A trained model as ONNX: `export MODEL_DIR|--model URI --out DIR [--format onnx|hf] [--log]` (see --help)."""
+    _module("pipeline.serving.export", ctx.args)
 
 
 @app.command()

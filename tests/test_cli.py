@@ -69,3 +69,25 @@ def test_check_names_a_bad_setting_with_exit_2(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2 and proc.stderr.strip() == "error: params.yaml: train.epochs is 0: must be >= 1"
+
+
+def test_export_hands_its_arguments_to_the_export_module(tmp_path):
+    """`copyseq export` shows the export module's help, and refuses a directory that holds no model with
+    one line and exit code 2 (the module's own refusal)."""
+    out = CliRunner().invoke(app, ["--help"])
+    assert "export" in out.output
+    help_ = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "export", "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert help_.returncode == 0 and "--out" in help_.stdout and "--format" in help_.stdout and "--log" in help_.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "export", str(tmp_path), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"copyseq-export: error: {tmp_path}: neither a checkpoint directory (model.pt) nor a logged model "
+        "(artifacts/serving.json)"
+    )

@@ -65,6 +65,39 @@ def discovers_modules(tree: ast.Module) -> bool:
     )
 
 
+def dynamic_imports(tree: ast.Module) -> list[ast.Call]:
+    """The file's ``importlib.import_module``/``__import__`` calls."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+    ]
+
+
+def named_modules(tree: ast.Module) -> list[str]:
+    """String constants that name a module of the repository (``RUNTIMES = {"onnx": "pipeline.serving..."}``):
+    what a file that imports by name can import."""
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and module_file(node.value) is not None
+        and "." in node.value
+    ]
+
+
+def imports_own_package_by_name(call: ast.Call) -> bool:
+    """``import_module(f"{__name__}.{...}")``: a package's ``__init__`` loading one of its own modules."""
+    arg = call.args[0] if call.args else None
+    return (
+        isinstance(arg, ast.JoinedStr)
+        and isinstance(arg.values[0], ast.FormattedValue)
+        and getattr(arg.values[0].value, "id", None) == "__name__"
+    )
+
+
 @cache
 def direct_imports(path: Path) -> frozenset[Path]:
     """Project files that running ``path`` imports itself (not transitively)."""
@@ -89,8 +122,12 @@ def direct_imports(path: Path) -> frozenset[Path]:
             file = module_file(".".join(parts[:i]))
             if file is not None:
                 found.add(file)
-    if discovers_modules(tree):  # plug-ins found at run time: every module of the file's own package
+    calls = dynamic_imports(tree)
+    if discovers_modules(tree) or any(imports_own_package_by_name(c) for c in calls):
+        # plug-ins found at run time, or loaded by name from the package: every module of the file's own package
         found.update(p for p in path.parent.rglob("*.py") if "__pycache__" not in p.parts)
+    if calls:  # imported by name: the module names the file spells out
+        found.update(module_file(name) for name in named_modules(tree))
     found.discard(path)
     return frozenset(found)
 
@@ -142,20 +179,21 @@ def test_stage_deps_cover_the_import_closure(name):
 
 
 def test_every_dynamic_import_is_followed():
-    """``importlib.import_module``/``__import__`` is followed only where a module discovers its
-    package's modules (``iter_modules``); anywhere else the closure would miss what it
-    imports, so the line is named (teach ``direct_imports`` about it)."""
+    """``importlib.import_module``/``__import__`` is followed where a module discovers its package's
+    modules (``iter_modules``), where a package's ``__init__`` loads its own modules by name
+    (``f"{__name__}..."``), and where the file spells out the module names it imports (string
+    constants naming project modules); anywhere else the closure would miss what it imports, so the
+    line is named (teach ``direct_imports`` about it)."""
     unfollowed = []
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             tree = parse(path)
-            if discovers_modules(tree):
+            if discovers_modules(tree) or named_modules(tree):
                 continue
             unfollowed += [
                 f"{path.relative_to(REPO).as_posix()}:{node.lineno}"
-                for node in ast.walk(tree)
-                if isinstance(node, ast.Call)
-                and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+                for node in dynamic_imports(tree)
+                if not imports_own_package_by_name(node)
             ]
     assert not unfollowed, f"dynamic imports this test does not follow: {unfollowed}"
 
@@ -171,6 +209,8 @@ def test_the_check_names_the_stage_and_the_missing_file():
     } <= train
     assert {p.relative_to(REPO).as_posix() for p in (REPO / "models").glob("*.py")} <= train  # discovered
     assert "pipeline/data/text/subword.py" in closure("flows.prepare")  # imported inside a function
+    assert "pipeline/serving/onnx_pyfunc.py" in closure("pipeline.serving.predict")  # a module named in a string
+    assert "models/hf/modeling.py" in closure("models.hf")  # a package loading its modules by name
     evaluate = dict(stages()["evaluate"])
     target = "pipeline/metrics/rouge_stem.py"
     evaluate["deps"] = [d for d in evaluate["deps"] if not (target == d or target.startswith(d.rstrip("/") + "/"))]

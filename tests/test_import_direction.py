@@ -39,6 +39,9 @@ MLFLOW_HOME = (
     "pipeline/tracking/",
     "pipeline/serving/pyfunc.py",
     "pipeline/serving/model_code.py",  # the logged model's code (MLflow models from code)
+    "pipeline/serving/onnx_pyfunc.py",  # the same for an exported model, without torch
+    "pipeline/serving/pyfunc_common.py",  # what both share
+    "pipeline/serving/onnx_model_code.py",
     "pipeline/serving/predict.py",
     "flows/",
 )

@@ -16,45 +16,19 @@ Neither given, the search runs as before.
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass
 
 import torch
 
 from models.extended import NEG
+from pipeline.decoding.outcomes import (  # noqa: F401  (the exceptions: re-exported for the search's callers)
+    DecodeCancelled,
+    DecodeInterrupted,
+    DecodeTimeout,
+    Hypothesis,
+    check_interrupt,
+)
 from pipeline.decoding.top_k import top_k
 from pipeline.vocab.vocabulary import BOS, EOS, PAD, UNK
-
-
-@dataclass
-class Hypothesis:
-    ids: list[int]  # extended ids, without <s>, up to and including </s> when finished
-    score: float  # sum of log-probabilities (before any length penalty)
-    rank_score: float  # score used for ranking (length-penalised when asked)
-    trace: dict | None = None  # per-step weights when asked: greedy's trace_keys, beam's "attn" (T, S)
-
-
-class DecodeInterrupted(RuntimeError):
-    """Decoding stopped before it finished; nothing of it is returned."""
-
-
-class DecodeTimeout(DecodeInterrupted, TimeoutError):
-    """The decoding deadline passed (a request that took too long)."""
-
-
-class DecodeCancelled(DecodeInterrupted):
-    """The stop event was set (e.g. the server is shutting down)."""
-
-
-def check_interrupt(deadline: float | None = None, stop: threading.Event | None = None, step: int = 0) -> None:
-    """Raise :class:`DecodeCancelled` when ``stop`` is set, :class:`DecodeTimeout` when
-    ``time.monotonic()`` is past ``deadline``; ``step`` (the decoding step) goes into the message."""
-    if stop is not None and stop.is_set():
-        raise DecodeCancelled(f"decoding cancelled at step {step}")
-    if deadline is not None:
-        late = time.monotonic() - deadline
-        if late > 0:
-            raise DecodeTimeout(f"decoding deadline passed {late:.2f} s ago, at step {step}")
 
 
 def reorder_state(state: dict, index: torch.Tensor, skip: frozenset[str] = frozenset()) -> dict:

@@ -26,14 +26,22 @@ mechanism or vocabularies other than its own end the command with one line on st
 (``copyseq-predict: error: line N: ...``) and exit code 2, writing no output file. Lines are decoded
 in chunks of ``max_inputs``, each within ``request_timeout_s``. A line whose source tokens are mostly
 outside the vocabulary is decoded, with ``copyseq-predict: warning: line N: ...`` on stderr.
+
+``--runtime onnx`` decodes with an exported model (``copyseq export``, docs/export.md) on onnxruntime
+and numpy, in a process that never imports torch: ``--model`` is then the export directory or the
+URI of a registered ONNX model (``models:/<task>_onnx@champion``); its outputs equal the PyTorch
+model's. ``--runtime torch`` (the default) is the PyTorch predictor.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO, TextIO
 
 import mlflow
@@ -47,12 +55,20 @@ from pipeline.config.tasks import effective_params
 from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.io.files import atomic_path
-from pipeline.runtime.device import check_device
-from pipeline.serving.predictor import InputRejected, ServingConfig
-from pipeline.serving.pyfunc import local_model
+from pipeline.serving.limits import ServingConfig
+from pipeline.serving.onnx_model import MANIFEST
 from pipeline.tracking.runs import tracking_uri
 
 PROG = "copyseq-predict"
+# The module each runtime decodes with, imported by name once the runtime is chosen (as models.registry
+# imports the mechanisms): the torch runtime's modules import torch at their top, and a process on the
+# onnx runtime must never load it. Each gives ``local_model``, ``InputRejected`` and ``ServingConfig``.
+RUNTIMES = {"torch": "pipeline.serving.pyfunc", "onnx": "pipeline.serving.onnx_pyfunc"}
+DEVICE_CHECK = "pipeline.runtime.device"  # the torch runtime's device check (imports torch)
+
+
+def runtime_module(name: str) -> ModuleType:
+    return importlib.import_module(RUNTIMES[name])
 
 
 class PredictError(Exception):
@@ -87,6 +103,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="inputs are already the corpus's tokens, space-separated (not tokenised again)",
     )
     parser.add_argument("--device", default="cpu", help="--checkpoint only: cpu | auto | cuda[:N] (default: cpu)")
+    parser.add_argument(
+        "--runtime",
+        choices=sorted(RUNTIMES),
+        default="torch",
+        help="torch (default) | onnx: an exported model (--model DIR or models:/<task>_onnx@champion) on "
+        "onnxruntime, without torch",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="--runtime onnx: onnxruntime's threads")
     args = parser.parse_args(argv)
     for name in ("beam", "max_len"):
         value = getattr(args, name)
@@ -94,37 +118,69 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     if args.model and (args.vocab or args.task or args.mechanism):
         parser.error("--task/--mechanism/--vocab go with --checkpoint; a registered model carries its own")
+    if args.runtime == "onnx" and args.checkpoint:
+        parser.error(
+            "--runtime onnx reads an exported model: give its directory (copyseq export --out DIR) or its "
+            "registered URI with --model"
+        )
     return args
 
 
-def checkpoint_model(args: argparse.Namespace):
-    """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
-    ckpt = Path(args.checkpoint)
+def checkpoint_settings(
+    checkpoint: str | Path,
+    task: str | None = None,
+    mechanism: str | None = None,
+    params_file: str | Path | None = None,
+    vocab: str | Path | None = None,
+    **overrides,
+) -> tuple[Path, ServingConfig, Path | None]:
+    """What a checkpoint directory ``data/checkpoints/<task>/<row>`` is served with (the module
+    docstring): (its vocabulary directory, its :class:`ServingConfig`, its subword model or None).
+    ``overrides``: ServingConfig fields (``device``, ``pretokenized``). Also what ``copyseq export``
+    reads for a checkpoint directory."""
+    ckpt = Path(checkpoint)
     if not (ckpt / "model.pt").is_file():
         raise FileNotFoundError(f"{ckpt / 'model.pt'}: no trained model (run the train stage first)")
-    task = args.task or ckpt.parent.name
-    mechanism = args.mechanism or ckpt.name
-    params = check_params_file(args.params)  # every setting checked first (one line when one is wrong)
+    task = task or ckpt.parent.name
+    mechanism = mechanism or ckpt.name
+    params = check_params_file(params_file)  # every setting checked first (one line when one is wrong)
     prepare = (params.get("prepare") or {}).get(task)
     if prepare is None:
         raise KeyError(f"params has no prepare.{task}: the reader settings that say how to tokenise raw text")
     evaluate = effective_params(params, task, mechanism).get("evaluate") or {}  # as its evaluate stage
-    root = project_root(args.params)
+    root = project_root(params_file)
     row = effective_params(params, task, mechanism)
     # a row on a pretrained backbone: the vocab stage's directory of its tokenizer
-    vocab = (
-        Path(args.vocab)
-        if args.vocab
+    vocab_dir = (
+        Path(vocab)
+        if vocab
         else row_vocab_dir(root / "data" / "vocab" / task, row.get("model"), resolve(row, mechanism).mechanism)
     )
     subword = root / "data" / "shards" / task / "subword.model"
-    config = ServingConfig.from_params(
-        task, mechanism, prepare, evaluate, params.get("serving"), device=args.device, pretokenized=args.pretokenized
+    config = ServingConfig.from_params(task, mechanism, prepare, evaluate, params.get("serving"), **overrides)
+    return vocab_dir, config, subword if prepare.get("subword") else None
+
+
+def checkpoint_model(args: argparse.Namespace, runtime: ModuleType):
+    """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
+    vocab, config, subword = checkpoint_settings(
+        args.checkpoint,
+        args.task,
+        args.mechanism,
+        args.params,
+        args.vocab,
+        device=args.device,
+        pretokenized=args.pretokenized,
     )
-    return local_model(ckpt, vocab, config, subword if prepare.get("subword") else None)
+    return runtime.local_model(args.checkpoint, vocab, runtime.ServingConfig.from_dict(asdict(config)), subword)
 
 
-def registered_model(uri: str):
+def registered_model(uri: str, runtime: ModuleType, threads: int | None = None):
+    """The model at ``uri``: an MLflow model URI, or for the onnx runtime an export directory too."""
+    if runtime.__name__ == RUNTIMES["onnx"]:
+        if (Path(uri) / MANIFEST).is_file():
+            return runtime.local_model(uri, threads)
+        return runtime.load_model(uri)  # refuses a PyTorch model (it would load torch)
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_registry_uri(tracking_uri())
     return mlflow.pyfunc.load_model(uri)
@@ -205,18 +261,20 @@ def check_all(
     max_len: int | None,
     pretokenized: bool | None = None,
     features: Sequence[str] | None = None,
+    rejected: type[Exception] = ValueError,
 ) -> None:
-    """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
+    """Every limit, for every line, before anything is decoded: the first violation as a PredictError.
+    ``rejected``: the runtime's ``InputRejected``."""
     try:
         predictor.check_params(beam, max_len)
-    except InputRejected as err:
+    except rejected as err:
         raise PredictError(str(err).replace("beam_size=", "--beam ").replace("max_len=", "--max-len ")) from None
     for i, text in enumerate(texts):
         try:
             predictor.check_text(i, text, pretokenized)
             if features is not None:
                 predictor.check_features(i, features[i])
-        except InputRejected as err:
+        except rejected as err:
             raise PredictError(f"line {i + 1}: {err.reason}") from None
 
 
@@ -228,8 +286,12 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     """Decode every line of ``inp`` into ``out``; warnings to ``err`` (stderr). Returns the line count."""
     err = err or sys.stderr
     texts = read_lines(inp)
+    runtime = runtime_module(getattr(args, "runtime", "torch"))
     try:
-        model = checkpoint_model(args) if args.checkpoint else registered_model(args.model)
+        if args.checkpoint:
+            model = checkpoint_model(args, runtime)
+        else:
+            model = registered_model(args.model, runtime, getattr(args, "threads", None))
     except KeyError as exc:  # params without the task's settings
         raise PredictError(str(exc.args[0]) if exc.args else repr(exc)) from None
     except ValueError as exc:  # CheckpointError (another mechanism, other vocabularies), bad settings
@@ -241,7 +303,8 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     if getattr(predictor, "features_vocab", None) is not None:  # a model with features: text<TAB>features
         texts, features = features_fields(texts)
     if predictor is not None:
-        check_all(predictor, texts, args.beam, args.max_len, True if args.pretokenized else None, features)
+        pretokenized = True if args.pretokenized else None
+        check_all(predictor, texts, args.beam, args.max_len, pretokenized, features, runtime.InputRejected)
         size = predictor.config.max_inputs
     params = {k: v for k, v in (("beam_size", args.beam), ("max_len", args.max_len)) if v is not None}
     if args.pretokenized:  # a registered model's own tokeniser is skipped too (a request param)
@@ -275,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.checkpoint:  # before any input is read (on a missing GPU, model.pt would look corrupt)
-            check_device(args.device, "--device")
+            importlib.import_module(DEVICE_CHECK).check_device(args.device, "--device")
         inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
         inp = inp if args.input == "-" else open(args.input, "rb")
         try:

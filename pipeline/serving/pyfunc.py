@@ -19,26 +19,33 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import shutil
-import signal
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 import mlflow
 import pandas as pd
-from mlflow.exceptions import MlflowException
 
-from pipeline.config.params import REPO_ROOT
-from pipeline.decoding.search import DecodeCancelled, DecodeTimeout
+from pipeline.decoding.outcomes import DecodeCancelled, DecodeTimeout
 from pipeline.io.files import sha256_tree, write_json_atomic
-from pipeline.serving.predictor import InputRejected, Predictor, ServerBusy, ServingConfig, verify_files
+from pipeline.serving.limits import InputRejected, ServerBusy, ServingConfig, verify_files
+from pipeline.serving.predictor import Predictor
+from pipeline.serving.pyfunc_common import (  # noqa: F401  (re-exported: the serving tests use them from here)
+    ServingException,
+    copy_packages,
+    in_scoring_server,
+    input_features,
+    input_texts,
+    quiet_type_hint_notice,
+    server_timeout_s,
+    serving_exception,
+    stop_on_server_exit,
+    stop_on_signals,
+)
 from pipeline.vocab.tokenizer import RECORD as BACKBONE_RECORD
 from pipeline.vocab.tokenizer import TOKENIZER_DIR
 from pipeline.vocab.vocabulary import FEATURES_VOCAB
@@ -66,150 +73,7 @@ REQUIREMENTS = (
 )
 
 
-def _texts(model_input: Any) -> list[str]:
-    """A DataFrame with a ``text`` column (or a single column), a Series, a list/tuple of str, a
-    dict ``{"text": [...]}`` or one str -> the list of input texts."""
-    if isinstance(model_input, pd.DataFrame):
-        if "text" in model_input.columns:
-            col = model_input["text"]
-        elif model_input.shape[1] == 1:
-            col = model_input.iloc[:, 0]
-        else:
-            raise InputRejected(f"input DataFrame needs a 'text' column, has {list(model_input.columns)}")
-        values = col.tolist()
-    elif isinstance(model_input, pd.Series):
-        values = model_input.tolist()
-    elif isinstance(model_input, dict) and "text" in model_input:
-        values = list(model_input["text"]) if not isinstance(model_input["text"], str) else [model_input["text"]]
-    elif isinstance(model_input, str):
-        values = [model_input]
-    elif isinstance(model_input, (list, tuple)):
-        values = list(model_input)
-    else:
-        raise InputRejected(
-            f"expected a DataFrame with a 'text' column or a list of str, got {type(model_input).__name__}"
-        )
-    bad = [i for i, v in enumerate(values) if not isinstance(v, str)]
-    if bad:
-        raise InputRejected(f"is {type(values[bad[0]]).__name__}, not str", bad[0])
-    return values
-
-
-def _features(model_input: Any) -> list | None:
-    """The ``features`` of each input text (a DataFrame column or a dict key), or None when not given."""
-    if isinstance(model_input, pd.DataFrame) and "features" in model_input.columns:
-        return model_input["features"].tolist()
-    if isinstance(model_input, dict) and "features" in model_input:
-        value = model_input["features"]
-        return [value] if isinstance(value, str) else list(value)
-    return None
-
-
-class ServingException(MlflowException):
-    """What a client of ``mlflow models serve`` is told: the scoring server answers an
-    MlflowException raised by ``predict`` with its error code's HTTP status and its message
-    (INVALID_PARAMETER_VALUE: 400, TEMPORARILY_UNAVAILABLE: 503, DEADLINE_EXCEEDED: 504).
-    ``index``: the offending text's row in the request, when one is to blame (also a field of the
-    JSON error body)."""
-
-    def __init__(self, message: str, error_code: int, index: int | None = None) -> None:
-        super().__init__(message, error_code=error_code, **({} if index is None else {"index": index}))
-        self.index = index
-
-
-def serving_exception(err: Exception, timeout_s: float) -> ServingException | None:
-    """The client-facing form of a refused or interrupted request; None for any other error."""
-    from mlflow.protos.databricks_pb2 import (
-        DEADLINE_EXCEEDED,
-        INVALID_PARAMETER_VALUE,
-        TEMPORARILY_UNAVAILABLE,
-    )
-
-    if isinstance(err, InputRejected):
-        return ServingException(f"request refused: {err}", INVALID_PARAMETER_VALUE, err.index)
-    if isinstance(err, DecodeTimeout):
-        return ServingException(
-            f"decoding stopped: the request took longer than its {timeout_s:g} s deadline "
-            "(serving.request_timeout_s); send fewer or shorter texts, or a smaller beam_size or max_len",
-            DEADLINE_EXCEEDED,
-        )
-    if isinstance(err, DecodeCancelled):
-        return ServingException(
-            "decoding stopped: the server is shutting down; retry the request", TEMPORARILY_UNAVAILABLE
-        )
-    if isinstance(err, ServerBusy):
-        return ServingException(str(err), TEMPORARILY_UNAVAILABLE)
-    return None
-
-
-def server_timeout_s() -> float | None:
-    """Inside ``mlflow models serve``: its request timeout (``-t``, MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT,
-    default 60 s), after which it answers 504 whatever the model does; else None."""
-    from mlflow.environment_variables import (
-        _MLFLOW_IS_IN_SERVING_ENVIRONMENT,
-        MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT,
-    )
-
-    if not _MLFLOW_IS_IN_SERVING_ENVIRONMENT.get():
-        return None
-    return float(MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT.get())
-
-
-def in_scoring_server() -> bool:
-    """This process is `mlflow models serve`'s server (it was started with the model path set)."""
-    from mlflow.pyfunc import scoring_server
-
-    return bool(os.environ.get(getattr(scoring_server, "_SERVER_MODEL_PATH", "__pyfunc_model_path__")))
-
-
-def stop_on_signals(event: threading.Event, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> bool:
-    """Set ``event`` when one of ``signals`` arrives, then do what the handler in place did (uvicorn's
-    graceful shutdown, which waits for running requests: with the event set, their decoding stops at
-    its next step). Only from the main thread (signal handlers live there); returns whether installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    for sig in signals:
-        previous = signal.getsignal(sig)
-
-        def handler(signum, frame, previous=previous):
-            event.set()
-            if callable(previous):
-                previous(signum, frame)
-            elif previous == signal.SIG_DFL:
-                signal.signal(signum, signal.SIG_DFL)
-                signal.raise_signal(signum)
-
-        signal.signal(sig, handler)
-    return True
-
-
-def stop_on_server_exit(event: threading.Event, interval_s: float = 0.2) -> None:
-    """Set ``event`` as soon as the server process is told to stop. uvicorn (which `mlflow models
-    serve` runs) may load the model before it installs its own SIGTERM/SIGINT handler, which then
-    replaces ours until its graceful shutdown has waited for the running requests: so besides our
-    handler (:func:`stop_on_signals`, for a server that loads the model after installing its own),
-    a daemon thread watches the handler in place and sets ``event`` once the server object it
-    belongs to says ``should_exit`` (uvicorn.Server's shutdown flag)."""
-    stop_on_signals(event)
-
-    def watch() -> None:
-        while not event.wait(interval_s):
-            owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-            if getattr(owner, "should_exit", False) is True:
-                event.set()
-
-    threading.Thread(target=watch, name="copyseq-stop-on-server-exit", daemon=True).start()
-
-
-def _quiet_type_hint_notice(message, category, filename, lineno, file=None, line=None, _show=warnings.showwarning):
-    """MLflow warns, when the class below is created, that predict() has no type hints (under its
-    own warning filter, so a filter here cannot silence it); it has an explicit signature instead
-    (type hints would make MLflow infer and enforce a schema of its own)."""
-    if "Add type hints to the `predict` method" not in str(message):
-        _show(message, category, filename, lineno, file, line)
-
-
-_previous_showwarning, warnings.showwarning = warnings.showwarning, _quiet_type_hint_notice
+_previous_showwarning, warnings.showwarning = warnings.showwarning, quiet_type_hint_notice
 
 
 class CopySeqModel(mlflow.pyfunc.PythonModel):
@@ -254,12 +118,12 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
             timeout = min(timeout, max(server - 1.0, server / 2))
         try:
             rows = self.predictor.predict(
-                _texts(model_input),
+                input_texts(model_input),
                 params.get("beam_size"),
                 params.get("max_len"),
                 deadline=time.monotonic() + timeout,
                 pretokenized=params.get("pretokenized"),
-                features=_features(model_input),
+                features=input_features(model_input),
             )
         except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
             raise serving_exception(err, timeout) from err
@@ -291,24 +155,6 @@ SERVED_PACKAGES = (
     "pipeline/decoding",
     "pipeline/serving",
 )
-
-
-def copy_packages(dest: Path, packages: Sequence[str] = SERVED_PACKAGES) -> list[str]:
-    """Snapshot the ``.py`` files of the served packages (:data:`SERVED_PACKAGES`, paths relative to
-    the repository) under ``dest`` (the model's code paths: one per top-level package): only
-    sources, so caches, editor temp files or a file being rewritten elsewhere never break the copy."""
-
-    tops = []
-    for name in packages:
-        src = REPO_ROOT / name
-        for path in sorted([src] if src.is_file() else src.rglob("*.py")):
-            target = dest / path.relative_to(REPO_ROOT)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-        top = name.split("/")[0]
-        if top not in tops:
-            tops.append(top)
-    return [str(dest / top) for top in tops]
 
 
 def pinned_requirements() -> list[str]:
@@ -394,7 +240,7 @@ def log_pyfunc_model(
             name=ARTIFACT_NAME,
             python_model=str(MODEL_CODE),  # models from code: no CloudPickle of an object
             artifacts=artifacts,
-            code_paths=copy_packages(Path(tmp) / "code"),
+            code_paths=copy_packages(Path(tmp) / "code", SERVED_PACKAGES),
             pip_requirements=pinned_requirements(),
             signature=signature(config),
             input_example=example,

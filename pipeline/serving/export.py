@@ -1,0 +1,373 @@
+"""``copyseq export`` (``python -m pipeline.serving.export``): a trained model as ONNX graphs that
+onnxruntime serves without torch, or (``--format hf``) a copy head on a backbone as a Hugging Face
+model folder (:func:`pipeline.serving.hf_export.write_hf`).
+
+Sources:
+
+* ``MODEL_DIR``: a checkpoint directory ``data/checkpoints/<task>/<row>`` (what ``predict --checkpoint``
+  reads: ``model.pt``, with the task's vocabularies and settings from ``--params``), or a logged model's
+  directory (``MLmodel`` and ``artifacts/`` with ``model.pt``, the vocabularies and ``serving.json``);
+* ``--model URI``: a registered or logged model (``models:/<task>@champion``), downloaded from
+  ``MLFLOW_TRACKING_URI`` (default: the repository's mlflow.db).
+
+``--out DIR`` receives (docs/export.md): ``encoder.onnx`` and ``step.onnx`` (opset 18,
+:mod:`pipeline.serving.onnx_graphs`), ``src.vocab``/``tgt.vocab`` (and ``features.vocab``,
+``subword.model`` where the task has them), ``serving.json`` (the serving settings and limits, with the
+sha256 of every file) and ``manifest.json`` (the mechanism, every graph input and output with its
+shape, the state keys, the opset, the sha256 of the source ``model.pt``, the decoding settings, the
+exporter versions and the numeric check). Before anything is written the graphs are run against the
+PyTorch model on two batches of other sizes than the traced one for several steps: a
+log-probability off by more than :data:`CHECK_TOLERANCE` refuses the export.
+
+``--log`` (with ``--model``): the export is logged as the model ``model_onnx`` of the source model's
+run and registered as a version of ``<name>_onnx`` with the source's alias
+(:mod:`pipeline.serving.onnx_pyfunc`): ``mlflow models serve -m models:/<task>_onnx@champion``.
+
+A model that cannot be exported (Read-Again, whose encoder is a Python loop over sentences; the copy
+heads on a pretrained backbone: ``--format hf``) is refused with one line naming what is supported,
+exit code 2, and so is any other user error (a missing file, bad settings, an unknown URI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import onnxscript
+import torch
+
+from models.extended import NEG
+from models.registry import runs_on_backbone
+from models.specials import BOS, SPECIALS
+from pipeline.config.validation import SettingsError
+from pipeline.io.files import sha256_file, sha256_tree, write_json_atomic
+from pipeline.serving.onnx_graphs import (
+    ENCODER_FILE,
+    OPSET,
+    STEP_FILE,
+    GraphSpecs,
+    export_graphs,
+    probe_batch,
+    probe_inputs,
+    untraceable,
+)
+from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
+from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
+from pipeline.serving.predict import checkpoint_settings
+from pipeline.serving.predictor import ServingConfig
+from pipeline.training.checkpoints import load_file, load_model
+from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
+
+PROG = "copyseq-export"
+HF_EXPORT = "pipeline.serving.hf_export"  # --format hf: imported by name (it loads transformers' generation code)
+CHECK_TOLERANCE = 1e-3  # the largest |log p_onnx - log p_torch| an export may show on its check batches
+CHECK_PROBES = ((1, 6, 1), (4, 9, 2))  # (rows, source length, OOV slots): other sizes than the traced ones
+CHECK_STEPS = 8
+SUPPORTED = (
+    "CopyNet, the pointer-generator (with or without coverage), Pointer Softmax, WEAN, Luong, RNNSearch and "
+    "Enc-Dec, on the recurrent or the Transformer decoder, over the BiGRU or the Transformer encoder (docs/export.md)"
+)
+
+
+class ExportRefused(Exception):
+    """An export that cannot be done as asked: one line on stderr, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A trained model's files and serving settings, wherever they came from."""
+
+    model_pt: Path
+    vocab_dir: Path  # holds src.vocab, tgt.vocab (and features.vocab)
+    config: ServingConfig
+    subword_model: Path | None
+    described: str  # the directory or URI the user named
+    model_dir: Path  # the directory --format hf reads
+    run_id: str | None = None
+
+
+def source_from_dir(path: Path, args: argparse.Namespace) -> Source:
+    """A checkpoint directory (``model.pt``) or a logged model's directory (``artifacts/serving.json``)."""
+    artifacts = path / "artifacts"
+    if (artifacts / "serving.json").is_file():
+        config = ServingConfig.from_dict(json.loads((artifacts / "serving.json").read_text(encoding="utf-8")))
+        subword = artifacts / "subword.model"
+        return Source(
+            artifacts / "model.pt",
+            artifacts,
+            config,
+            subword if subword.is_file() else None,
+            str(path),
+            path,
+        )
+    if not (path / "model.pt").is_file():
+        raise ExportRefused(
+            f"{path}: neither a checkpoint directory (model.pt) nor a logged model (artifacts/serving.json)"
+        )
+    vocab_dir, config, subword = checkpoint_settings(path, args.task, args.mechanism, args.params, args.vocab)
+    config = ServingConfig.from_dict(asdict(config))  # the torch predictor's class, the same fields
+    return Source(path / "model.pt", vocab_dir, config, subword, str(path), path)
+
+
+def input_example(model_dir: Path) -> list[str] | None:
+    """The texts of a logged model's input example (``input_example.json``), to log with its twin."""
+    path = model_dir / "input_example.json"
+    if not path.is_file():
+        return None
+    example = json.loads(path.read_text(encoding="utf-8"))
+    columns, rows = example.get("columns") or [], example.get("data") or []
+    if "text" not in columns:
+        return None
+    return [row[columns.index("text")] for row in rows] or None
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of the innermost error (torch.export wraps the one that says what failed)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()  # no terminal colours
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@torch.no_grad()
+def check_graphs(model: torch.nn.Module, export_dir: Path) -> float:
+    """The largest |log p| difference between the graphs (onnxruntime) and ``model`` (PyTorch) over
+    :data:`CHECK_STEPS` steps of :data:`CHECK_PROBES` (both fed PyTorch's best word each step), over
+    the entries PyTorch gives a probability (above NEG / 2)."""
+    onnx_model = OnnxModel(export_dir, threads=1)
+    worst = 0.0
+    for seed, (rows, steps, n_ext) in enumerate(CHECK_PROBES, start=100):
+        src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, seed)
+        state = model.encode(probe_batch(src, src_len, src_ext, n_ext, features))
+        inputs = {"src": src.numpy(), "src_len": src_len.numpy(), "src_ext": src_ext.numpy()}
+        if features is not None:
+            inputs["features"] = features.numpy()
+        onnx_state = onnx_model.encode(inputs)
+        prev = torch.full((rows,), BOS, dtype=torch.long)
+        for _ in range(CHECK_STEPS):
+            log_probs, state = model.step(state, prev)
+            onnx_log_probs, updates = onnx_model.step(onnx_state, prev.numpy(), n_ext)
+            onnx_state.update(updates)
+            want = log_probs.float().numpy()
+            live = want > NEG / 2
+            worst = max(worst, float(np.abs(onnx_log_probs[live] - want[live]).max()))
+            prev = log_probs.argmax(-1)
+    return worst
+
+
+def _graph_entry(path: Path, inputs, outputs) -> dict:
+    return {
+        "file": path.name,
+        "sha256": sha256_file(path),
+        "inputs": [s.as_dict() for s in inputs],
+        "outputs": [s.as_dict() for s in outputs],
+    }
+
+
+def manifest(
+    source: Source, ckpt: dict, specs: GraphSpecs, out: Path, vocabs: tuple[Vocab, Vocab], diff: float | None
+) -> dict:
+    """The export's description (module docstring)."""
+    cfg = source.config
+    return {
+        "format": FORMAT,
+        "task": cfg.task,
+        "mechanism": cfg.mechanism,
+        "base_mechanism": ckpt.get("mechanism") or cfg.mechanism,
+        "opset": OPSET,
+        "exporter": {
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxscript": onnxscript.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "dynamo": True,
+        },
+        "source": {"model": source.described, "sha256": sha256_file(source.model_pt), "run_id": source.run_id},
+        "graphs": {
+            "encoder": _graph_entry(out / ENCODER_FILE, specs.encoder_inputs, specs.encoder_outputs),
+            "step": _graph_entry(out / STEP_FILE, specs.step_inputs, specs.step_outputs),
+        },
+        "state": {
+            "keys": list(specs.keys),
+            "recurrent": list(specs.recurrent),
+            "static": [k for k in specs.keys if k not in specs.recurrent],
+            "attention": specs.attention,
+        },
+        "axes": {
+            "batch": "rows: examples x beam",
+            "src": "source positions",
+            "ext": "extended (source OOV) slots of the batch, at least 1",
+            "vocab_ext": "V + ext",
+            "cache": "decoder positions so far (Transformer key/value caches)",
+        },
+        "vocab": {"src_size": len(vocabs[0]), "tgt_size": len(vocabs[1]), "specials": list(SPECIALS)},
+        "decoding": {
+            k: getattr(cfg, k)
+            for k in (
+                "beam_size",
+                "max_len",
+                "min_len",
+                "length_penalty",
+                "block_ngram",
+                "batch_size",
+                "max_src_len",
+                "replace_unk",
+                "ban_unk",
+            )
+        },
+        "check": {
+            "max_abs_log_prob_diff": diff,
+            "tolerance": CHECK_TOLERANCE,
+            "probes": [list(p) for p in CHECK_PROBES],
+        },
+    }
+
+
+def export_onnx(source: Source, out_dir: Path) -> dict:
+    """Export ``source`` into ``out_dir`` (replaced as a whole, only once everything is written and
+    checked); returns the manifest."""
+    ckpt = load_file(source.model_pt)
+    base = ckpt.get("mechanism") or source.config.mechanism
+    if runs_on_backbone(base):
+        raise ExportRefused(
+            f"{source.described}: a {base} model (a copy head on a pretrained backbone) is not exported to ONNX: "
+            f"use --format hf; ONNX export supports {SUPPORTED}"
+        )
+    vocabs = (Vocab.load(source.vocab_dir / "src.vocab"), Vocab.load(source.vocab_dir / "tgt.vocab"))
+    model, ckpt = load_model(source.model_pt, source.config.mechanism, "cpu", vocabs)
+    why = untraceable(model)
+    if why is not None:
+        raise ExportRefused(
+            f"{source.described}: a {source.config.mechanism} model is not exported to ONNX: {why}; "
+            f"supported: {SUPPORTED}"
+        )
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}-", dir=out_dir.parent) as tmp:
+        work = Path(tmp)
+        try:
+            specs = export_graphs(model, work)
+        except Exception as err:  # noqa: BLE001 - torch.export's many errors: the model cannot be traced
+            raise ExportRefused(
+                f"{source.described}: a {source.config.mechanism} model cannot be exported to ONNX "
+                f"({_reason(err)}); supported: {SUPPORTED}"
+            ) from None
+        write_json_atomic(work / MANIFEST, manifest(source, ckpt, specs, work, vocabs, None))  # what the check reads
+        diff = check_graphs(model, work)
+        if not diff <= CHECK_TOLERANCE:
+            raise ExportRefused(
+                f"{source.described}: the ONNX graphs of this {source.config.mechanism} model differ from PyTorch by "
+                f"{diff:.3g} in a log-probability (more than {CHECK_TOLERANCE:g}); supported: {SUPPORTED}"
+            )
+        for name in ("src.vocab", "tgt.vocab", FEATURES_VOCAB):
+            if (source.vocab_dir / name).is_file():
+                shutil.copyfile(source.vocab_dir / name, work / name)
+        if source.subword_model is not None:
+            shutil.copyfile(source.subword_model, work / "subword.model")
+        info = manifest(source, ckpt, specs, work, vocabs, diff)
+        write_json_atomic(work / MANIFEST, info)
+        files = {p.name: sha256_tree(p) for p in sorted(work.iterdir()) if p.name != "serving.json"}
+        extra = {**source.config.extra, "exported_from": source.described}
+        config = replace(source.config, device="cpu", files=files, extra=extra)
+        write_json_atomic(work / "serving.json", asdict(config))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        mask = os.umask(0)
+        os.umask(mask)
+        work.chmod(0o777 & ~mask)  # a directory as any other the user makes (mkdtemp's is private)
+        work.rename(out_dir)
+        work.mkdir()  # the temporary directory's own cleanup expects it
+    return info
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model_dir", nargs="?", help="a checkpoint directory or a logged model's directory")
+    parser.add_argument("--model", help="an MLflow model URI, e.g. models:/copy_rules@champion")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="the directory to write: new, empty, or an earlier export of the same format (replaced)",
+    )
+    parser.add_argument("--format", choices=("onnx", "hf"), default="onnx", help="onnx (default) | hf")
+    parser.add_argument(
+        "--log", action="store_true", help="with --model: log the ONNX model into its run and register its twin"
+    )
+    parser.add_argument("--params", default=None, help="params file for a checkpoint directory")
+    parser.add_argument("--task", help="the task of a checkpoint directory (default: its parent's name)")
+    parser.add_argument("--mechanism", help="the row of a checkpoint directory (default: its name)")
+    parser.add_argument("--vocab", default=None, help="vocabulary directory (default: data/vocab/<task>)")
+    args = parser.parse_args(argv)
+    if bool(args.model_dir) == bool(args.model):
+        parser.error("give one model: MODEL_DIR or --model URI")
+    if args.log and not args.model:
+        parser.error("--log needs --model: the ONNX model is logged into the registered model's run")
+    if args.log and args.format != "onnx":
+        parser.error("--log logs an ONNX export (--format onnx)")
+    return args
+
+
+def check_out_dir(out: Path, fmt: str) -> None:
+    """``--out`` may be new, empty, or an earlier export of the same format (which is replaced): any
+    other directory or file is refused before anything is read, so no user's files are ever deleted."""
+    mark = MANIFEST if fmt == "onnx" else "config.json"
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / mark).is_file())):
+        raise ExportRefused(
+            f"--out {out}: exists and is not an earlier {fmt} export (no {mark} in it); "
+            "give a new or empty directory (nothing was written)"
+        )
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    check_out_dir(Path(args.out), args.format)
+    if args.model:
+        model_dir, run_id = download_model(args.model, tmp)
+        source = replace(source_from_dir(model_dir, args), described=args.model, run_id=run_id)
+    else:
+        source = source_from_dir(Path(args.model_dir), args)
+    out = Path(args.out)
+    if args.format == "hf":
+        path = importlib.import_module(HF_EXPORT).write_hf(source.model_dir, out)
+        print(f"{PROG}: wrote {path}")
+        return
+    info = export_onnx(source, out)
+    print(
+        f"{PROG}: wrote {out} ({info['mechanism']}, opset {info['opset']}, state {len(info['state']['keys'])} "
+        f"tensors; largest log-probability difference to PyTorch {info['check']['max_abs_log_prob_diff']:.2g})"
+    )
+    if args.log:
+        uri = log_onnx_model(source.run_id, out, input_example(source.model_dir))
+        name, version = register_twin(uri, args.model, source.config.task, source.config.mechanism)
+        print(f"{PROG}: logged {uri} and registered {name} version {version}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        with tempfile.TemporaryDirectory(prefix="copyseq-export-") as tmp:
+            run(args, Path(tmp))
+    except (ExportRefused, SettingsError, ValueError, KeyError, OSError) as err:  # StoreError: MLflow's message
+        return fail(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
+    return 0
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: error: {message.strip().splitlines()[0] if message.strip() else message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
