@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
                 root = Path(tmp)
                 ckpt, vocab_dir, config = write_model(root, mechanism, vocab_size, args.max_len)
-                source = Source(ckpt / "model.pt", vocab_dir, config, None, str(ckpt), ckpt)
+                source = Source(ckpt / "model.pt", vocab_dir, config, None, str(ckpt))
                 start = time.perf_counter()
                 export_onnx(source, root / "export")
                 exported = time.perf_counter() - start

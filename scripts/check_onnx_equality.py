@@ -89,7 +89,6 @@ def check_row(task: str, row: str, params_file: str | None, split: str, limit: i
         ServingConfig.from_dict(asdict(config)),
         subword,
         str(checkpoint),
-        checkpoint,
     )
     table = first_rows(read_split(paths.split(split)), limit)
     vocabs = (Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab"))

@@ -53,6 +53,7 @@ from models.registry import runs_on_backbone
 from models.specials import BOS, SPECIALS
 from pipeline.config.validation import SettingsError
 from pipeline.io.files import sha256_file, sha256_tree, write_json_atomic
+from pipeline.serving.limits import DECODE_KEYS, ServingConfig
 from pipeline.serving.onnx_graphs import (
     ENCODER_FILE,
     OPSET,
@@ -66,7 +67,6 @@ from pipeline.serving.onnx_graphs import (
 from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
 from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
 from pipeline.serving.predict import checkpoint_settings
-from pipeline.serving.predictor import ServingConfig
 from pipeline.training.checkpoints import load_file, load_model
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
 
@@ -94,7 +94,6 @@ class Source:
     config: ServingConfig
     subword_model: Path | None
     described: str  # the directory or URI the user named
-    model_dir: Path  # the directory --format hf reads
     run_id: str | None = None
 
 
@@ -110,7 +109,6 @@ def source_from_dir(path: Path, args: argparse.Namespace) -> Source:
             config,
             subword if subword.is_file() else None,
             str(path),
-            path,
         )
     if not (path / "model.pt").is_file():
         raise ExportRefused(
@@ -118,7 +116,7 @@ def source_from_dir(path: Path, args: argparse.Namespace) -> Source:
         )
     vocab_dir, config, subword = checkpoint_settings(path, args.task, args.mechanism, args.params, args.vocab)
     config = ServingConfig.from_dict(asdict(config))  # the torch predictor's class, the same fields
-    return Source(path / "model.pt", vocab_dir, config, subword, str(path), path)
+    return Source(path / "model.pt", vocab_dir, config, subword, str(path))
 
 
 def input_example(model_dir: Path) -> list[str] | None:
@@ -337,10 +335,14 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         model_dir, run_id = download_model(args.model, tmp)
         source = replace(source_from_dir(model_dir, args), described=args.model, run_id=run_id)
     else:
-        source = source_from_dir(Path(args.model_dir), args)
+        model_dir = Path(args.model_dir)
+        source = source_from_dir(model_dir, args)
     out = Path(args.out)
     if args.format == "hf":
-        path = importlib.import_module(HF_EXPORT).write_hf(source.model_dir, out)
+        decoding = {key: getattr(source.config, key) for key in DECODE_KEYS}  # the row's, as predict decodes
+        path = importlib.import_module(HF_EXPORT).write_hf(
+            source.model_pt.parent, out, vocab_dir=source.vocab_dir, decoding=decoding
+        )
         print(f"{PROG}: wrote {path}")
         return
     info = export_onnx(source, out)
@@ -349,7 +351,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         f"tensors; largest log-probability difference to PyTorch {info['check']['max_abs_log_prob_diff']:.2g})"
     )
     if args.log:
-        uri = log_onnx_model(source.run_id, out, input_example(source.model_dir))
+        uri = log_onnx_model(source.run_id, out, input_example(model_dir))
         name, version = register_twin(uri, args.model, source.config.task, source.config.mechanism)
         print(f"{PROG}: logged {uri} and registered {name} version {version}")
 

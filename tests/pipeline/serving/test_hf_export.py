@@ -9,10 +9,12 @@ import random
 import pytest
 import torch
 import transformers
+import yaml
 
 from benchmarks.toy import TOY_SEEN, toy_copy_example
 from models.hf import CopyHeadForConditionalGeneration, CopyHeadProcessor
 from models.registry import build_model, model_config
+from pipeline.serving.export import main as export_main
 from pipeline.serving.hf_export import write_hf
 from pipeline.serving.predictor import Predictor, ServingConfig
 from pipeline.training.checkpoints import save_atomic, vocab_identity
@@ -115,3 +117,25 @@ def test_other_rows_are_refused_naming_the_supported_heads(tmp_path):
     with pytest.raises(ValueError, match="no trained model"):
         write_hf(tmp_path / "nothing", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_copyseq_export_format_hf_writes_the_same_folder(row, tmp_path):
+    """``copyseq export CHECKPOINT --format hf``: the row's vocabulary and decoding settings found as
+    ``predict --checkpoint`` finds them (here given by ``--vocab`` and a params file), the folder
+    answering as write_hf's."""
+    checkpoint, vocab_dir = row
+    params = tmp_path / "params.yaml"
+    evaluate = {"beam_size": 4, "max_len": 16}
+    settings = {"tasks": {"toy": "data"}, "mechanisms": [HEAD], "prepare": {"toy": {"reader": "copynet_rules"}}}
+    params.write_text(yaml.safe_dump({**settings, "evaluate": evaluate}))
+    args = [str(checkpoint), "--format", "hf", "--out", str(tmp_path / "cli"), "--params", str(params)]
+    assert export_main([*args, "--vocab", str(vocab_dir)]) == 0
+    direct = write_hf(checkpoint, tmp_path / "direct", vocab_dir=vocab_dir, decoding=evaluate)
+    texts = sources(6)
+    outputs = []
+    for folder in (tmp_path / "cli", direct):
+        model = CopyHeadForConditionalGeneration.from_pretrained(str(folder)).eval()
+        processor = CopyHeadProcessor.from_pretrained(folder)
+        assert (model.generation_config.num_beams, model.generation_config.max_new_tokens) == (4, 16)
+        outputs.append(processor.batch_decode(model.generate(**processor(texts)), texts))
+    assert outputs[0] == outputs[1]
