@@ -9,7 +9,7 @@ export PREFECT_HOME="${PREFECT_HOME:-$root/.prefect}"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false PREFECT_SERVER_UI_ENABLED=false \
        PREFECT_LOGGING_LEVEL="${PREFECT_LOGGING_LEVEL:-WARNING}" DO_NOT_TRACK=1 \
        PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY=false PREFECT_TELEMETRY_ENABLE_RESOURCE_METRICS=false \
-       MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1
+       MLFLOW_DISABLE_TELEMETRY=true DVC_NO_ANALYTICS=1 ORT_DISABLE_TELEMETRY=1
 if [ -n "${PREFECT_API_URL:-}" ]; then exec "$@"; fi
 
 port="$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
