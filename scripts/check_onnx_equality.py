@@ -27,7 +27,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from dataclasses import asdict, replace  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pyarrow.compute as pc  # noqa: E402
@@ -48,7 +48,6 @@ from pipeline.serving.onnx_model import OnnxModel  # noqa: E402
 from pipeline.serving.onnx_predictor import decode_rows  # noqa: E402
 from pipeline.serving.onnx_search import beam_search as onnx_search  # noqa: E402
 from pipeline.serving.predict import checkpoint_settings  # noqa: E402
-from pipeline.serving.predictor import ServingConfig  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab  # noqa: E402
 
@@ -86,7 +85,7 @@ def check_row(task: str, row: str, params_file: str | None, split: str, limit: i
     source = Source(
         checkpoint / "model.pt",
         vocab_dir,
-        ServingConfig.from_dict(asdict(config)),
+        config,
         subword,
         str(checkpoint),
     )

@@ -115,7 +115,6 @@ def source_from_dir(path: Path, args: argparse.Namespace) -> Source:
             f"{path}: neither a checkpoint directory (model.pt) nor a logged model (artifacts/serving.json)"
         )
     vocab_dir, config, subword = checkpoint_settings(path, args.task, args.mechanism, args.params, args.vocab)
-    config = ServingConfig.from_dict(asdict(config))  # the torch predictor's class, the same fields
     return Source(path / "model.pt", vocab_dir, config, subword, str(path))
 
 

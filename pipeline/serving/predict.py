@@ -39,7 +39,6 @@ import argparse
 import importlib
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO, TextIO
@@ -55,14 +54,14 @@ from pipeline.config.tasks import effective_params
 from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.io.files import atomic_path
-from pipeline.serving.limits import ServingConfig
+from pipeline.serving.limits import InputRejected, ServingConfig
 from pipeline.serving.onnx_model import MANIFEST
 from pipeline.tracking.runs import tracking_uri
 
 PROG = "copyseq-predict"
 # The module each runtime decodes with, imported by name once the runtime is chosen (as models.registry
 # imports the mechanisms): the torch runtime's modules import torch at their top, and a process on the
-# onnx runtime must never load it. Each gives ``local_model``, ``InputRejected`` and ``ServingConfig``.
+# onnx runtime must never load it. Each gives ``local_model``.
 RUNTIMES = {"torch": "pipeline.serving.pyfunc", "onnx": "pipeline.serving.onnx_pyfunc"}
 DEVICE_CHECK = "pipeline.runtime.device"  # the torch runtime's device check (imports torch)
 
@@ -172,7 +171,7 @@ def checkpoint_model(args: argparse.Namespace, runtime: ModuleType):
         device=args.device,
         pretokenized=args.pretokenized,
     )
-    return runtime.local_model(args.checkpoint, vocab, runtime.ServingConfig.from_dict(asdict(config)), subword)
+    return runtime.local_model(args.checkpoint, vocab, config, subword)
 
 
 def registered_model(uri: str, runtime: ModuleType, threads: int | None = None):
@@ -261,20 +260,18 @@ def check_all(
     max_len: int | None,
     pretokenized: bool | None = None,
     features: Sequence[str] | None = None,
-    rejected: type[Exception] = ValueError,
 ) -> None:
-    """Every limit, for every line, before anything is decoded: the first violation as a PredictError.
-    ``rejected``: the runtime's ``InputRejected``."""
+    """Every limit, for every line, before anything is decoded: the first violation as a PredictError."""
     try:
         predictor.check_params(beam, max_len)
-    except rejected as err:
+    except InputRejected as err:
         raise PredictError(str(err).replace("beam_size=", "--beam ").replace("max_len=", "--max-len ")) from None
     for i, text in enumerate(texts):
         try:
             predictor.check_text(i, text, pretokenized)
             if features is not None:
                 predictor.check_features(i, features[i])
-        except rejected as err:
+        except InputRejected as err:
             raise PredictError(f"line {i + 1}: {err.reason}") from None
 
 
@@ -304,7 +301,7 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
         texts, features = features_fields(texts)
     if predictor is not None:
         pretokenized = True if args.pretokenized else None
-        check_all(predictor, texts, args.beam, args.max_len, pretokenized, features, runtime.InputRejected)
+        check_all(predictor, texts, args.beam, args.max_len, pretokenized, features)
         size = predictor.config.max_inputs
     params = {k: v for k, v in (("beam_size", args.beam), ("max_len", args.max_len)) if v is not None}
     if args.pretokenized:  # a registered model's own tokeniser is skipped too (a request param)
