@@ -210,20 +210,7 @@ def manifest(
             "cache": "decoder positions so far (Transformer key/value caches)",
         },
         "vocab": {"src_size": len(vocabs[0]), "tgt_size": len(vocabs[1]), "specials": list(SPECIALS)},
-        "decoding": {
-            k: getattr(cfg, k)
-            for k in (
-                "beam_size",
-                "max_len",
-                "min_len",
-                "length_penalty",
-                "block_ngram",
-                "batch_size",
-                "max_src_len",
-                "replace_unk",
-                "ban_unk",
-            )
-        },
+        "decoding": {k: getattr(cfg, k) for k in DECODE_KEYS},
         "check": {
             "max_abs_log_prob_diff": diff,
             "tolerance": CHECK_TOLERANCE,

@@ -252,6 +252,28 @@ class RequestChecks:
             f"(more than serving.unknown_warning={self.config.unknown_warning:g}): the output is likely unreliable"
         )
 
+    def admit(
+        self,
+        texts: Sequence[str],
+        beam_size: Any = None,
+        max_len: Any = None,
+        pretokenized: bool | None = None,
+        features: Sequence[Any] | None = None,
+    ) -> tuple[int, int, list[list[str]], list[list[str]], list[dict]]:
+        """Every limit of a request, before anything is decoded: ``(beam_size, max_len, sources, tags,
+        rows)``, ``rows`` one answer per text (empty output, its warning) for the decoder to fill."""
+        beam_size, max_len = self.check_params(beam_size, max_len)
+        sources = self.check_inputs(texts, pretokenized)
+        if features is not None and len(features) != len(texts):
+            raise InputRejected(f"{len(features)} features for {len(texts)} texts: give one per text (or none)")
+        tags = [self.check_features(i, f) for i, f in enumerate(features)] if features is not None else None
+        tags = tags or [[] for _ in sources]
+        rows = []
+        for s, t in zip(sources, tags):
+            warning = "; ".join(w for w in (self.unknown_warning(s), self.features_warning(t)) if w)
+            rows.append({"src": s, "tokens": [], "output": "", "copied": [], "score": 0.0, "warning": warning})
+        return beam_size, max_len, sources, tags, rows
+
     @contextmanager
     def _slot(self, deadline: float) -> Iterator[None]:
         """One of the ``max_concurrent`` decoding slots, waited for until ``deadline``."""

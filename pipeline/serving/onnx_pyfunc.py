@@ -23,7 +23,6 @@ import importlib.metadata
 import json
 import re
 import tempfile
-import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -33,17 +32,13 @@ import mlflow
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
-from pipeline.decoding.outcomes import DecodeCancelled, DecodeTimeout
-from pipeline.serving.limits import InputRejected, ServerBusy, ServingConfig
+from pipeline.serving.limits import ServingConfig
 from pipeline.serving.onnx_predictor import OnnxPredictor
 from pipeline.serving.pyfunc_common import (
+    answer,
     copy_packages,
     in_scoring_server,
-    input_features,
-    input_texts,
     quiet_type_hint_notice,
-    server_timeout_s,
-    serving_exception,
     stop_on_server_exit,
 )
 from pipeline.tracking.registry import register
@@ -106,30 +101,7 @@ class OnnxSeqModel(mlflow.pyfunc.PythonModel):
         ``copied``, ``tokens`` and ``warning``, one row per input text."""
         if self.predictor is None:
             raise RuntimeError("OnnxSeqModel has no model loaded (load it with mlflow.pyfunc.load_model)")
-        params = params or {}
-        timeout = float(self.predictor.config.request_timeout_s)
-        server = server_timeout_s()
-        if server is not None:
-            timeout = min(timeout, max(server - 1.0, server / 2))
-        try:
-            rows = self.predictor.predict(
-                input_texts(model_input),
-                params.get("beam_size"),
-                params.get("max_len"),
-                deadline=time.monotonic() + timeout,
-                pretokenized=params.get("pretokenized"),
-                features=input_features(model_input),
-            )
-        except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
-            raise serving_exception(err, timeout) from err
-        return pd.DataFrame(
-            {
-                "output": [r["output"] for r in rows],
-                "copied": [r["copied"] for r in rows],
-                "tokens": [r["tokens"] for r in rows],
-                "warning": [r["warning"] for r in rows],
-            }
-        )
+        return answer(self.predictor, model_input, params)
 
 
 warnings.showwarning = _previous_showwarning

@@ -140,16 +140,7 @@ class Predictor(RequestChecks):
         :class:`pipeline.decoding.search.DecodeCancelled`; no slot free before the deadline: :class:`ServerBusy`."""
         if deadline is None:
             deadline = time.monotonic() + float(self.config.request_timeout_s)
-        beam_size, max_len = self.check_params(beam_size, max_len)
-        sources = self.check_inputs(texts, pretokenized)
-        if features is not None and len(features) != len(texts):
-            raise InputRejected(f"{len(features)} features for {len(texts)} texts: give one per text (or none)")
-        tags = [self.check_features(i, f) for i, f in enumerate(features)] if features is not None else None
-        tags = tags or [[] for _ in sources]
-        out = []
-        for s, t in zip(sources, tags):
-            warning = "; ".join(w for w in (self.unknown_warning(s), self.features_warning(t)) if w)
-            out.append({"src": s, "tokens": [], "output": "", "copied": [], "score": 0.0, "warning": warning})
+        beam_size, max_len, sources, tags, out = self.admit(texts, beam_size, max_len, pretokenized, features)
         todo = [i for i, s in enumerate(sources) if s]
         if not todo:
             return out

@@ -21,7 +21,6 @@ import importlib.metadata
 import json
 import shutil
 import tempfile
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -30,21 +29,15 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from pipeline.decoding.outcomes import DecodeCancelled, DecodeTimeout
 from pipeline.io.files import sha256_tree, write_json_atomic
-from pipeline.serving.limits import InputRejected, ServerBusy, ServingConfig, verify_files
+from pipeline.serving.limits import ServingConfig, verify_files
 from pipeline.serving.predictor import Predictor
-from pipeline.serving.pyfunc_common import (  # noqa: F401  (re-exported: the serving tests use them from here)
-    ServingException,
+from pipeline.serving.pyfunc_common import (
+    answer,
     copy_packages,
     in_scoring_server,
-    input_features,
-    input_texts,
     quiet_type_hint_notice,
-    server_timeout_s,
-    serving_exception,
     stop_on_server_exit,
-    stop_on_signals,
 )
 from pipeline.vocab.tokenizer import RECORD as BACKBONE_RECORD
 from pipeline.vocab.tokenizer import TOKENIZER_DIR
@@ -111,30 +104,7 @@ class CopySeqModel(mlflow.pyfunc.PythonModel):
         :class:`ServingException` (its error code gives the server's HTTP status)."""
         if self.predictor is None:
             raise RuntimeError("CopySeqModel has no model loaded (load it with mlflow.pyfunc.load_model)")
-        params = params or {}
-        timeout = float(self.predictor.config.request_timeout_s)
-        server = server_timeout_s()
-        if server is not None:  # end before the server answers 504 on its own, so the client sees why
-            timeout = min(timeout, max(server - 1.0, server / 2))
-        try:
-            rows = self.predictor.predict(
-                input_texts(model_input),
-                params.get("beam_size"),
-                params.get("max_len"),
-                deadline=time.monotonic() + timeout,
-                pretokenized=params.get("pretokenized"),
-                features=input_features(model_input),
-            )
-        except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
-            raise serving_exception(err, timeout) from err
-        return pd.DataFrame(
-            {
-                "output": [r["output"] for r in rows],
-                "copied": [r["copied"] for r in rows],
-                "tokens": [r["tokens"] for r in rows],
-                "warning": [r["warning"] for r in rows],
-            }
-        )
+        return answer(self.predictor, model_input, params)
 
 
 warnings.showwarning = _previous_showwarning

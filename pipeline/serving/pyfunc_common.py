@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -183,3 +184,26 @@ def copy_packages(dest: Path, packages: Sequence[str]) -> list[str]:
         if top not in tops:
             tops.append(top)
     return [str(dest / top) for top in tops]
+
+
+def answer(predictor, model_input: Any, params: dict | None) -> pd.DataFrame:
+    """A flavour's ``predict``: ``model_input``'s texts (and features) decoded by ``predictor`` (either
+    runtime's) within the request's deadline, as a DataFrame with ``output``, ``copied``, ``tokens``
+    and ``warning``, one row per text; a refused or interrupted request as a :class:`ServingException`."""
+    params = params or {}
+    timeout = float(predictor.config.request_timeout_s)
+    server = server_timeout_s()
+    if server is not None:  # end before the server answers 504 on its own, so the client sees why
+        timeout = min(timeout, max(server - 1.0, server / 2))
+    try:
+        rows = predictor.predict(
+            input_texts(model_input),
+            params.get("beam_size"),
+            params.get("max_len"),
+            deadline=time.monotonic() + timeout,
+            pretokenized=params.get("pretokenized"),
+            features=input_features(model_input),
+        )
+    except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
+        raise serving_exception(err, timeout) from err
+    return pd.DataFrame({key: [r[key] for r in rows] for key in ("output", "copied", "tokens", "warning")})

@@ -49,7 +49,7 @@ def checkpoint(project: Path, mech: str = "copynet") -> Path:
     ids=["beam_size", "max_len", "beam_size_0", "max_inputs", "max_input_chars", "max_src_tokens", "not_str"],
 )
 def test_pyfunc_refuses_each_limit_with_its_reason(project, texts, params, index, reason) -> None:
-    from pipeline.serving.pyfunc import ServingException
+    from pipeline.serving.pyfunc_common import ServingException
 
     model = local(project, "copynet", **LIMITS)
     with pytest.raises(ServingException) as info:
@@ -141,7 +141,7 @@ def test_search_deadline_and_stop(project) -> None:
 
 def test_pyfunc_stops_at_the_request_deadline_with_504(project) -> None:
     from pipeline.decoding.search import DecodeTimeout
-    from pipeline.serving.pyfunc import ServingException
+    from pipeline.serving.pyfunc_common import ServingException
 
     model = local(project, "copynet", request_timeout_s=0.5, max_output_len=100_000)
     start = time.perf_counter()
@@ -160,7 +160,7 @@ def test_pyfunc_stops_at_the_request_deadline_with_504(project) -> None:
 
 
 def test_stop_event_and_busy_slots_answer_503(project) -> None:
-    from pipeline.serving.pyfunc import ServingException
+    from pipeline.serving.pyfunc_common import ServingException
 
     model = local(project, "copynet", request_timeout_s=0.4, max_output_len=100_000)
     predictor = model.python_model.predictor
@@ -190,7 +190,7 @@ def test_stop_on_signals_and_on_server_exit() -> None:
     (uvicorn.Server.handle_exit, installed after the model was loaded)."""
     import signal
 
-    from pipeline.serving.pyfunc import stop_on_server_exit, stop_on_signals
+    from pipeline.serving.pyfunc_common import stop_on_server_exit, stop_on_signals
 
     calls = []
     before = signal.signal(signal.SIGUSR1, lambda signum, frame: calls.append(signum))
