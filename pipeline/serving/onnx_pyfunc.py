@@ -39,6 +39,7 @@ from pipeline.serving.pyfunc_common import (
     copy_packages,
     in_scoring_server,
     quiet_type_hint_notice,
+    signature,
     stop_on_server_exit,
 )
 from pipeline.tracking.registry import register
@@ -180,34 +181,6 @@ def download_model(uri: str, dst: Path) -> tuple[Path, str | None]:
     with store_errors():
         run_id = mlflow.models.get_model_info(uri).run_id
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst))), run_id
-
-
-def signature(config: ServingConfig):
-    """The PyTorch model's signature (:func:`pipeline.serving.pyfunc.signature`)."""
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import Array, ColSpec, DataType, ParamSchema, ParamSpec, Schema
-
-    inputs = [ColSpec(DataType.string, "text")]
-    if config.prepare.get("features_col") is not None:
-        inputs.append(ColSpec(DataType.string, "features", required=False))
-    return ModelSignature(
-        inputs=Schema(inputs),
-        outputs=Schema(
-            [
-                ColSpec(DataType.string, "output"),
-                ColSpec(Array(DataType.string), "copied"),
-                ColSpec(Array(DataType.string), "tokens"),
-                ColSpec(DataType.string, "warning"),
-            ]
-        ),
-        params=ParamSchema(
-            [
-                ParamSpec("beam_size", DataType.long, int(config.beam_size)),
-                ParamSpec("max_len", DataType.long, int(config.max_len)),
-                ParamSpec("pretokenized", DataType.boolean, bool(config.pretokenized)),
-            ]
-        ),
-    )
 
 
 def log_onnx_model(run_id: str, export_dir: str | Path, input_example: Sequence[str] | None = None) -> str:

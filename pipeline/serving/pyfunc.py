@@ -37,6 +37,7 @@ from pipeline.serving.pyfunc_common import (
     copy_packages,
     in_scoring_server,
     quiet_type_hint_notice,
+    signature,
     stop_on_server_exit,
 )
 from pipeline.vocab.tokenizer import RECORD as BACKBONE_RECORD
@@ -131,42 +132,6 @@ def pinned_requirements() -> list[str]:
     """``name==version`` of each served dependency as installed here (a CPU build's local version
     suffix, ``+cpu``, dropped: the index serves the plain version)."""
     return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in REQUIREMENTS]
-
-
-def signature(config: ServingConfig):
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import (
-        Array,
-        ColSpec,
-        DataType,
-        ParamSchema,
-        ParamSpec,
-        Schema,
-    )
-
-    inputs = [ColSpec(DataType.string, "text")]
-    if config.prepare.get("features_col") is not None:  # the tags of each text, as the features column held them
-        inputs.append(ColSpec(DataType.string, "features", required=False))
-    return ModelSignature(
-        inputs=Schema(inputs),
-        outputs=Schema(
-            [
-                ColSpec(DataType.string, "output"),
-                ColSpec(Array(DataType.string), "copied"),
-                ColSpec(Array(DataType.string), "tokens"),
-                # '' or why the output is likely unreliable (mostly unknown source words)
-                ColSpec(DataType.string, "warning"),
-            ]
-        ),
-        params=ParamSchema(
-            [
-                ParamSpec("beam_size", DataType.long, int(config.beam_size)),
-                ParamSpec("max_len", DataType.long, int(config.max_len)),
-                # true: the texts are already the corpus's tokens, space-separated (not tokenised again)
-                ParamSpec("pretokenized", DataType.boolean, bool(config.pretokenized)),
-            ]
-        ),
-    )
 
 
 def log_pyfunc_model(

@@ -22,7 +22,7 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config.params import REPO_ROOT
 from pipeline.decoding.outcomes import DecodeCancelled, DecodeTimeout
-from pipeline.serving.limits import InputRejected, ServerBusy
+from pipeline.serving.limits import InputRejected, ServerBusy, ServingConfig
 
 
 def input_texts(model_input: Any) -> list[str]:
@@ -207,3 +207,40 @@ def answer(predictor, model_input: Any, params: dict | None) -> pd.DataFrame:
     except (InputRejected, DecodeTimeout, DecodeCancelled, ServerBusy) as err:
         raise serving_exception(err, timeout) from err
     return pd.DataFrame({key: [r[key] for r in rows] for key in ("output", "copied", "tokens", "warning")})
+
+
+def signature(config: ServingConfig):
+    """The model signature both flavours log (inputs ``text`` and, with a features column, ``features``; outputs; params)."""
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import (
+        Array,
+        ColSpec,
+        DataType,
+        ParamSchema,
+        ParamSpec,
+        Schema,
+    )
+
+    inputs = [ColSpec(DataType.string, "text")]
+    if config.prepare.get("features_col") is not None:  # the tags of each text, as the features column held them
+        inputs.append(ColSpec(DataType.string, "features", required=False))
+    return ModelSignature(
+        inputs=Schema(inputs),
+        outputs=Schema(
+            [
+                ColSpec(DataType.string, "output"),
+                ColSpec(Array(DataType.string), "copied"),
+                ColSpec(Array(DataType.string), "tokens"),
+                # '' or why the output is likely unreliable (mostly unknown source words)
+                ColSpec(DataType.string, "warning"),
+            ]
+        ),
+        params=ParamSchema(
+            [
+                ParamSpec("beam_size", DataType.long, int(config.beam_size)),
+                ParamSpec("max_len", DataType.long, int(config.max_len)),
+                # true: the texts are already the corpus's tokens, space-separated (not tokenised again)
+                ParamSpec("pretokenized", DataType.boolean, bool(config.pretokenized)),
+            ]
+        ),
+    )
