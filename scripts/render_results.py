@@ -85,13 +85,20 @@ def markdown_files(root: Path) -> list[Path]:
     return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.exists()]
 
 
+def row_order(params: dict) -> list[str]:
+    """The rows' order in a table: params.yaml's mechanisms, then the declared variants it does not
+    list (an experiment may have run them), then every other mechanism and the baselines."""
+    listed = list(params.get("mechanisms") or [])
+    return [*listed, *(v for v in params.get("variants") or {} if v not in listed), *DISPLAY_NAMES]
+
+
 def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
     """{mechanism: metrics.json} of every evaluated mechanism of ``task``, in params.yaml's order."""
     runs = runs_dir(root) / task
     found = {p.parent.name: p for p in runs.glob("*/metrics.json")}
     if not found:
         raise RenderError(f"no metrics files under {runs.relative_to(root)}/<mechanism>/metrics.json")
-    order = list(params.get("mechanisms") or []) + list(DISPLAY_NAMES)
+    order = row_order(params)
     names = sorted(found, key=lambda m: (order.index(m) if m in order else len(order), m))
     return {m: json.loads(found[m].read_text(encoding="utf-8")) for m in names}
 
@@ -137,7 +144,7 @@ def experiment_block(spec: str, root: Path, params: dict) -> str:
             f"block results:{spec}: {folder.relative_to(root)} has no run {run!r} (it has {sorted(runs)})"
         )
     task = yaml.safe_load((folder / "experiment.yaml").read_text(encoding="utf-8"))["task"]
-    order = list(params.get("mechanisms") or []) + list(DISPLAY_NAMES)  # as task_metrics, baselines last
+    order = row_order(params)  # as task_metrics
     metrics = dict(sorted(runs[run].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     page = comparison_page(root, params, task, metrics)
     return "\n\n".join(f"### {head[3:]}\n\n{body}" for _, head, body in sections(page))

@@ -23,9 +23,11 @@ log-probability off by more than :data:`CHECK_TOLERANCE` refuses the export.
 run and registered as a version of ``<name>_onnx`` with the source's alias
 (:mod:`pipeline.serving.onnx_pyfunc`): ``mlflow models serve -m models:/<task>_onnx@champion``.
 
-A model that cannot be exported (Read-Again, whose encoder is a Python loop over sentences; the copy
-heads on a pretrained backbone: ``--format hf``) is refused with one line naming what is supported,
-exit code 2, and so is any other user error (a missing file, bad settings, an unknown URI).
+A model on a pretrained backbone exports its decoder with the key/value cache as state
+(:mod:`pipeline.serving.onnx_backbone`) and its tokenizer beside the graphs. A model that cannot be
+exported (Read-Again over several sentences whose ``sentence_end`` tokens are not all in the source
+vocabulary, as the graph finds sentence ends by source ids) is refused with one line naming what is
+supported, exit code 2, and so is any other user error (a missing file, bad settings, an unknown URI).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from models.specials import BOS, SPECIALS
 from pipeline.config.validation import SettingsError
 from pipeline.io.files import sha256_file, sha256_tree, write_json_atomic
 from pipeline.serving.limits import DECODE_KEYS, ServingConfig
+from pipeline.serving.onnx_backbone import export_backbone_graphs
 from pipeline.serving.onnx_graphs import (
     ENCODER_FILE,
     OPSET,
@@ -62,12 +65,14 @@ from pipeline.serving.onnx_graphs import (
     export_graphs,
     probe_batch,
     probe_inputs,
+    sentence_end_ids,
     untraceable,
 )
 from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
 from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
 from pipeline.serving.predict import checkpoint_settings
 from pipeline.training.checkpoints import load_file, load_model
+from pipeline.vocab.tokenizer import RECORD, TOKENIZER_DIR
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
 
 PROG = "copyseq-export"
@@ -77,7 +82,10 @@ CHECK_PROBES = ((1, 6, 1), (4, 9, 2))  # (rows, source length, OOV slots): other
 CHECK_STEPS = 8
 SUPPORTED = (
     "CopyNet, the pointer-generator (with or without coverage), Pointer Softmax, WEAN, Luong, RNNSearch and "
-    "Enc-Dec, on the recurrent or the Transformer decoder, over the BiGRU or the Transformer encoder (docs/export.md)"
+    "Enc-Dec, on the recurrent or the Transformer decoder, over the BiGRU or the Transformer encoder; "
+    "Read-Again + copy (GRU or LSTM read-again, one sentence or several); the copy heads on a pretrained "
+    "BART, T5 or Marian (backbone_pointer_generator, backbone_copynet, backbone_pointer_softmax, backbone_lm) "
+    "(docs/export.md)"
 )
 
 
@@ -139,15 +147,17 @@ def _reason(err: BaseException) -> str:
 
 
 @torch.no_grad()
-def check_graphs(model: torch.nn.Module, export_dir: Path) -> float:
+def check_graphs(model: torch.nn.Module, export_dir: Path, src_vocab: Vocab) -> float:
     """The largest |log p| difference between the graphs (onnxruntime) and ``model`` (PyTorch) over
     :data:`CHECK_STEPS` steps of :data:`CHECK_PROBES` (both fed PyTorch's best word each step), over
     the entries PyTorch gives a probability (above NEG / 2)."""
     onnx_model = OnnxModel(export_dir, threads=1)
+    end_ids = sentence_end_ids(model, src_vocab)
     worst = 0.0
     for seed, (rows, steps, n_ext) in enumerate(CHECK_PROBES, start=100):
-        src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, seed)
-        state = model.encode(probe_batch(src, src_len, src_ext, n_ext, features))
+        src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, seed, end_ids)
+        words = [[src_vocab.token(i) for i in row[:n]] for row, n in zip(src.tolist(), src_len.tolist())]
+        state = model.encode(probe_batch(src, src_len, src_ext, n_ext, features, src_tokens=words))
         inputs = {"src": src.numpy(), "src_len": src_len.numpy(), "src_ext": src_ext.numpy()}
         if features is not None:
             inputs["features"] = features.numpy()
@@ -224,14 +234,10 @@ def export_onnx(source: Source, out_dir: Path) -> dict:
     checked); returns the manifest."""
     ckpt = load_file(source.model_pt)
     base = ckpt.get("mechanism") or source.config.mechanism
-    if runs_on_backbone(base):
-        raise ExportRefused(
-            f"{source.described}: a {base} model (a copy head on a pretrained backbone) is not exported to ONNX: "
-            f"use --format hf; ONNX export supports {SUPPORTED}"
-        )
+    on_backbone = runs_on_backbone(base)
     vocabs = (Vocab.load(source.vocab_dir / "src.vocab"), Vocab.load(source.vocab_dir / "tgt.vocab"))
     model, ckpt = load_model(source.model_pt, source.config.mechanism, "cpu", vocabs)
-    why = untraceable(model)
+    why = None if on_backbone else untraceable(model, vocabs[0])  # a backbone's decoder: onnx_backbone
     if why is not None:
         raise ExportRefused(
             f"{source.described}: a {source.config.mechanism} model is not exported to ONNX: {why}; "
@@ -241,14 +247,17 @@ def export_onnx(source: Source, out_dir: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}-", dir=out_dir.parent) as tmp:
         work = Path(tmp)
         try:
-            specs = export_graphs(model, work)
+            if on_backbone:
+                specs = export_backbone_graphs(model, work)
+            else:
+                specs = export_graphs(model, work, sentence_end_ids(model, vocabs[0]))
         except Exception as err:  # noqa: BLE001 - torch.export's many errors: the model cannot be traced
             raise ExportRefused(
                 f"{source.described}: a {source.config.mechanism} model cannot be exported to ONNX "
                 f"({_reason(err)}); supported: {SUPPORTED}"
             ) from None
         write_json_atomic(work / MANIFEST, manifest(source, ckpt, specs, work, vocabs, None))  # what the check reads
-        diff = check_graphs(model, work)
+        diff = check_graphs(model, work, vocabs[0])
         if not diff <= CHECK_TOLERANCE:
             raise ExportRefused(
                 f"{source.described}: the ONNX graphs of this {source.config.mechanism} model differ from PyTorch by "
@@ -259,6 +268,9 @@ def export_onnx(source: Source, out_dir: Path) -> dict:
                 shutil.copyfile(source.vocab_dir / name, work / name)
         if source.subword_model is not None:
             shutil.copyfile(source.subword_model, work / "subword.model")
+        if (source.vocab_dir / RECORD).is_file():  # a backbone's tokenizer, for the predictor
+            shutil.copytree(source.vocab_dir / TOKENIZER_DIR, work / TOKENIZER_DIR)
+            shutil.copyfile(source.vocab_dir / RECORD, work / RECORD)
         info = manifest(source, ckpt, specs, work, vocabs, diff)
         write_json_atomic(work / MANIFEST, info)
         files = {p.name: sha256_tree(p) for p in sorted(work.iterdir()) if p.name != "serving.json"}

@@ -145,13 +145,16 @@ def verify_files(config: ServingConfig, paths: Sequence[str | Path]) -> None:
 
 
 class RequestChecks:
-    """The limits of a request, as every predictor applies them. A subclass sets ``config``, ``src_vocab``, ``features_vocab`` (or None) and ``subword_model``, then
-    calls :meth:`init_checks`."""
+    """The limits of a request, as every predictor applies them. A subclass sets ``config``,
+    ``src_vocab``, ``features_vocab`` (or None), ``subword_model`` and, for a model on a pretrained
+    backbone, ``backbone`` (its :class:`pipeline.vocab.tokenizer.BackboneTokenizer`), then calls
+    :meth:`init_checks`."""
 
     config: ServingConfig
     src_vocab: Vocab
     features_vocab: Vocab | None
     subword_model: str | None
+    backbone = None  # a model on a pretrained backbone: its tokenizer (source words -> pieces)
 
     def init_checks(self) -> None:
         self.split_features = features_splitter(self.config.prepare) if self.features_vocab else None
@@ -239,10 +242,13 @@ class RequestChecks:
         return f"features {unknown} are outside the model's features vocabulary: read as <unk>" if unknown else ""
 
     def unknown_warning(self, tokens: Sequence[str]) -> str:
-        """A warning when more than ``unknown_warning`` of the source tokens are outside the source
-        vocabulary; else ''."""
+        """A warning when more than ``unknown_warning`` of the source tokens (a backbone's pieces, where
+        the model has one: unknown where its tokenizer has <unk>) are outside the source vocabulary;
+        else ''."""
         if not tokens:
             return ""
+        if self.backbone is not None:
+            tokens = self.backbone.words_to_pieces([tokens])[0]
         unknown = sum(t not in self.src_vocab for t in tokens)
         share = unknown / len(tokens)
         if share <= self.config.unknown_warning:

@@ -15,12 +15,17 @@ encoder and one decoder step, with the decoder state flattened into named tensor
   *static* keys (``Seq2Seq.static_state_keys``: fixed per source) are never reordered by beam search.
 
 Both graphs call the model's own ``encode`` and ``step``, so every mechanism's maths is the code the
-PyTorch search runs. Two things differ from a search step, both numerically the same function:
+PyTorch search runs. Three things differ from a search step, all numerically the same function:
 
 - the bidirectional GRU encoder runs as two unidirectional ``nn.GRU`` over the padded batch (ONNX
   ``GRU`` nodes; the backward one over each row reversed within its length), because the CPU encoder
   (``models.bigru``) is a Python loop over source positions, which an export would unroll for one
   source length (:class:`ExportBiGRU`);
+- Read-Again's encoder (Zeng et al. 2016, section 3.1) runs its two reads over the padded rows
+  (ONNX ``LSTM``/``GRU`` nodes; the GRU read-again of eq. 4-6 as an ONNX ``Scan``), with the
+  sentences of opt1/opt2 (eq. 9-11) found in ``src`` by the source ids of the ``sentence_end``
+  tokens, where the model loops over positions in Python and reads the source words
+  (:class:`ExportReadAgain`);
 - parameters are frozen and gradients stay enabled while tracing, so the output projection takes its
   plain ``F.linear`` path (``OutputLayer.project`` without gradients reads MKL's packed weights, an
   operator ONNX does not have) while the extended-vocabulary maths takes its search path
@@ -46,15 +51,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import onnx
 import torch
+import torch.nn.functional as F
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops.core import aten_slice_scatter
 from torch import nn
+from torch._higher_order_ops.scan import scan  # torch's scan (no public name yet): an ONNX Scan node
 
 from models.encoder import BiGRUEncoder, TransformerEncoder
+from models.read_again import ReadAgainEncoder
 from models.specials import BOS, PAD
+
+if TYPE_CHECKING:
+    from pipeline.vocab.vocabulary import Vocab
 
 OPSET = 18  # ScatterElements(reduction=add) from 16, the opset-18 Reduce* with axes as inputs
 ENCODER_FILE, STEP_FILE = "encoder.onnx", "step.onnx"
@@ -105,17 +117,38 @@ CUSTOM_TRANSLATIONS = {
 }
 
 
-# The encoders the export traces: the BiGRU (as ExportBiGRU) and the Transformer encoder. Another (Read-Again's,
-# a Python loop over the sentences of each source) would be unrolled for the traced source.
-TRACED_ENCODERS = (BiGRUEncoder, TransformerEncoder)
+# The encoders the export traces: the BiGRU (as ExportBiGRU), the Transformer encoder and Read-Again's (as
+# ExportReadAgain).
+TRACED_ENCODERS = (BiGRUEncoder, TransformerEncoder, ReadAgainEncoder)
 
 
-def untraceable(model: nn.Module) -> str | None:
-    """Why ``model`` cannot be exported, before anything is traced; None when it may be."""
+def sentence_end_ids(model: nn.Module, src_vocab: Vocab | None) -> tuple[int, ...]:
+    """The source ids of Read-Again's ``sentence_end`` tokens, for an encoder that reads several
+    sentences (opt1/opt2); () for any other model (one on a pretrained backbone has no ``encoder``)."""
+    encoder = getattr(model, "encoder", None)
+    if not isinstance(encoder, ReadAgainEncoder) or encoder.k == 1 or src_vocab is None:
+        return ()
+    return tuple(sorted(src_vocab.id(tok) for tok in encoder.ends if tok in src_vocab))
+
+
+def untraceable(model: nn.Module, src_vocab: Vocab | None = None) -> str | None:
+    """Why ``model`` cannot be exported, before anything is traced; None when it may be. Read-Again
+    over several sentences (``model.read_again.sentences`` opt1/opt2) finds the sentence ends by the
+    source ids of its ``sentence_end`` tokens: a token the source vocabulary lacks reads as <unk> in
+    the graph, while PyTorch reads the raw word, so such a model is refused."""
     if not isinstance(model.encoder, TRACED_ENCODERS):
         return (
-            f"its encoder ({type(model.encoder).__name__}) is not one the export traces (the BiGRU or the Transformer)"
+            f"its encoder ({type(model.encoder).__name__}) is not one the export traces "
+            "(the BiGRU, the Transformer or Read-Again's)"
         )
+    encoder = model.encoder
+    if isinstance(encoder, ReadAgainEncoder) and encoder.k > 1:
+        missing = sorted(tok for tok in encoder.ends if src_vocab is None or tok not in src_vocab)
+        if missing:
+            return (
+                f"model.read_again.sentences {encoder.mode}: the sentence_end token(s) {missing} are not in the "
+                "source vocabulary, so the graph cannot find those sentence ends (PyTorch reads the raw words)"
+            )
     return None
 
 
@@ -152,11 +185,113 @@ class ExportBiGRU(nn.Module):
         return memory, summary
 
 
+def _last(out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each row's output at its last position (N, S, H), (N,) -> (N, H); 0 for an empty row (as
+    ``models.read_again.run_packed`` gives it)."""
+    at = (lengths - 1).clamp_min(0).view(-1, 1, 1).expand(-1, 1, out.size(2))  # (N, 1, H)
+    return out.gather(1, at).squeeze(1) * (lengths > 0).unsqueeze(1).to(out.dtype)
+
+
+class ExportReadAgain(nn.Module):
+    """``ReadAgainEncoder``'s function (Zeng et al. 2016, section 3.1) with its parameters, for any
+    source length and sentence layout:
+
+    - both reads run over the padded rows as plain ``nn.LSTM`` / ``nn.GRU`` (ONNX ``LSTM`` / ``GRU``
+      nodes), not packed: a uni-directional read's outputs before a row's length do not depend on
+      what follows, and the last state is read at position len - 1 (:func:`_last`);
+    - the GRU read-again (eq. 4-6: the importance alpha_i scales the update gate, which no ONNX
+      ``GRU`` node can do) runs as ``torch``'s ``scan`` (an ONNX ``Scan`` node), with the step maths
+      of ``ReadAgainEncoder._gru_read_again``, where the model loops over positions in Python;
+    - opt1/opt2 (eq. 9-11) find the sentence ends in ``batch.src`` by the source ids of the
+      ``sentence_end`` tokens (``end_ids``), where the model reads ``batch.src_tokens``, and lay the
+      sentences out in K = ``max_sentences`` rows per source by a cumulative sum (the model's
+      ``SentenceLayout`` takes a cumulative max, which ONNX lacks); K is fixed by the model, the
+      sentence lengths are data."""
+
+    def __init__(self, encoder: ReadAgainEncoder, end_ids: tuple[int, ...] = ()):
+        super().__init__()
+        self.encoder = encoder  # its parameters, global_vectors (eq. 9-11) and importance (eq. 5)
+        self.out_dim, self.k = encoder.out_dim, encoder.k
+        self.register_buffer("end_ids", torch.tensor(end_ids, dtype=torch.long), persistent=False)  # (E_n,)
+
+    def sentence_ids(self, src: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, S) each position's sentence slot: the sentence ends before it, capped at K - 1."""
+        if self.k == 1:
+            return torch.zeros_like(src)
+        ends = ((src.unsqueeze(-1) == self.end_ids).any(-1) & mask).long()  # (B, S)
+        return (ends.cumsum(dim=1) - ends).clamp(max=self.k - 1)
+
+    def layout(self, sid: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``SentenceLayout``'s destinations (B, S) (position i of slot k at k*S + its offset in the
+        sentence; padding at the trash slot K*S), the offsets (B, S) (0 at padding) and the row
+        lengths (B*K,)."""
+        bsz, steps = sid.shape
+        pos = torch.arange(steps, device=sid.device).unsqueeze(0)  # (1, S)
+        one_hot = (sid.unsqueeze(-1) == torch.arange(self.k, device=sid.device)) & mask.unsqueeze(-1)  # (B, S, K)
+        counts = one_hot.long().sum(dim=1)  # (B, K) tokens per sentence
+        start = (counts.cumsum(dim=1) - counts).gather(1, sid)  # (B, S) first position of each one's sentence
+        offset = torch.where(mask, pos - start, torch.zeros_like(sid))  # (B, S)
+        dest = torch.where(mask, sid * steps + offset, torch.full_like(sid, self.k * steps))  # (B, S)
+        return dest, offset, counts.reshape(-1)
+
+    def _gru_read_again(self, x: torch.Tensor, alpha: torch.Tensor, lengths: torch.Tensor):
+        """eq. 6 over (N, S, E), alpha (N, S, M), lengths (N,) -> outputs (N, S, M), last state (N, M)."""
+        cell = self.encoder.rnn2
+        gi = F.linear(x, cell.weight_ih, cell.bias_ih)  # (N, S, 3M)
+        live = (torch.arange(x.size(1), device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)  # (N, S, 1)
+
+        def read(h, xs):  # one position: the body of ReadAgainEncoder._gru_read_again's loop
+            gi_t, alpha_t, live_t = xs  # (N, 3M), (N, M), (N, 1)
+            gh = F.linear(h, cell.weight_hh, cell.bias_hh)  # (N, 3M)
+            i_r, i_z, i_n = gi_t.chunk(3, dim=-1)
+            h_r, h_z, h_n = gh.chunk(3, dim=-1)
+            r = torch.sigmoid(i_r + h_r)
+            z = 1.0 - torch.sigmoid(i_z + h_z)
+            cand = torch.tanh(i_n + r * h_n)
+            gate = alpha_t * z
+            h = torch.where(live_t, (1.0 - gate) * h + gate * cand, h)
+            return h, h.clone()  # a scan output may not alias its carry
+
+        h0 = gi.new_zeros(x.size(0), self.out_dim)  # h_0^2 = 0 (eq. 9)
+        last, outs = scan(read, h0, (gi.transpose(0, 1), alpha.transpose(0, 1), live.transpose(0, 1)))
+        return outs.transpose(0, 1), last  # (N, S, M), (N, M)
+
+    def forward(self, embedded: torch.Tensor, lengths: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """embedded (B, S, E), lengths (B,) -> memory h^2 (B, S, M), summary (B, M)."""
+        enc = self.encoder
+        bsz, steps, dim = embedded.shape
+        mask = torch.arange(steps, device=embedded.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
+        sid = self.sentence_ids(batch.src, mask)  # (B, S)
+        dest, offset, row_len = self.layout(sid, mask)  # (B, S), (N,) with N = B*K
+        grouped = embedded.new_zeros(bsz, self.k * steps + 1, dim).scatter(
+            1, dest.unsqueeze(-1).expand(-1, -1, dim), embedded
+        )  # (B, K*S + 1, E)
+        x = grouped[:, : self.k * steps].reshape(bsz * self.k, steps, dim)  # (N, S, E), 0 past each sentence
+        h1, _ = enc.rnn1(x)  # (N, S, M) first read
+        g = enc.global_vectors(_last(h1, row_len).view(bsz, self.k, -1)).reshape(bsz * self.k, -1)  # (N, G)
+        if enc.cell == "gru":
+            h2, last2 = self._gru_read_again(x, enc.importance(h1, g, x), row_len)
+        else:
+            g_seq = g.unsqueeze(1).expand(-1, steps, -1)  # (N, S, G)
+            h2, _ = enc.rnn2(torch.cat([x, h1, g_seq], dim=-1))  # (N, S, M) eq. 8
+            last2 = _last(h2, row_len)  # (N, M)
+        # Back to source order by (row, offset) indices, not by reshaping h2: the exporter gives an
+        # LSTM's output the traced source length, which a reshape of it would keep as a constant.
+        row = torch.arange(bsz, device=sid.device).unsqueeze(1) * self.k + sid  # (B, S) padding: zeroed below
+        memory = h2[row, offset] * mask.unsqueeze(-1).to(h2.dtype)  # (B, S, M) source order
+        last_sid = sid.gather(1, (lengths - 1).clamp_min(0).unsqueeze(1))  # (B, 1)
+        summary = last2.view(bsz, self.k, -1).gather(1, last_sid.unsqueeze(-1).expand(-1, 1, last2.size(1)))
+        return memory, summary.squeeze(1)  # (B, S, M), (B, M)
+
+
 def probe_batch(
-    src: torch.Tensor, src_len: torch.Tensor, src_ext: torch.Tensor, n_ext: int, features=None
+    src: torch.Tensor, src_len: torch.Tensor, src_ext: torch.Tensor, n_ext: int, features=None, src_tokens=None
 ) -> SimpleNamespace:
-    """The fields of a ``models.batch.Batch`` that ``Seq2Seq.encode`` reads."""
-    return SimpleNamespace(src=src, src_len=src_len, src_ext=src_ext, n_ext=n_ext, features=features)
+    """The fields of a ``models.batch.Batch`` that ``Seq2Seq.encode`` reads (``src_tokens``: the
+    source words, which Read-Again over several sentences reads in PyTorch)."""
+    return SimpleNamespace(
+        src=src, src_len=src_len, src_ext=src_ext, n_ext=n_ext, features=features, src_tokens=src_tokens
+    )
 
 
 class EncoderGraph(nn.Module):
@@ -188,9 +323,10 @@ class StepGraph(nn.Module):
 
 
 @contextmanager
-def exportable(model: nn.Module) -> Iterator[nn.Module]:
+def exportable(model: nn.Module, end_ids: tuple[int, ...] = ()) -> Iterator[nn.Module]:
     """``model`` ready to trace (see the module docstring): eval mode, parameters frozen, gradients
-    enabled, a ``BiGRUEncoder`` replaced by :class:`ExportBiGRU`; everything restored afterwards."""
+    enabled, a ``BiGRUEncoder`` replaced by :class:`ExportBiGRU`, a ``ReadAgainEncoder`` by
+    :class:`ExportReadAgain` (``end_ids``: :func:`sentence_end_ids`); everything restored afterwards."""
     frozen = [(p, p.requires_grad) for p in model.parameters()]
     encoder = model.encoder
     training = model.training
@@ -199,6 +335,8 @@ def exportable(model: nn.Module) -> Iterator[nn.Module]:
         p.requires_grad_(False)
     if isinstance(encoder, BiGRUEncoder):
         model.encoder = ExportBiGRU(encoder)
+    if isinstance(encoder, ReadAgainEncoder):
+        model.encoder = ExportReadAgain(encoder, end_ids)
     try:
         with torch.enable_grad():
             yield model
@@ -229,9 +367,12 @@ PROBES = ((3, 5, 2), (2, 7, 3))  # (rows, source length, OOV slots): sizes >= 2 
 FEATURE_TAGS = (4, 6)  # tags per row of the two probes, for a model with features (sizes no other axis has)
 
 
-def probe_inputs(model: nn.Module, rows: int, steps: int, n_ext: int, seed: int) -> tuple:
+def probe_inputs(
+    model: nn.Module, rows: int, steps: int, n_ext: int, seed: int, end_ids: tuple[int, ...] = ()
+) -> tuple:
     """A batch of ``rows`` sources of lengths up to ``steps`` with ``n_ext`` OOV slots (random ids of
-    the model's vocabularies; the last row shorter, so padding is exercised): (src, src_len, src_ext,
+    the model's vocabularies; the last row shorter, so padding is exercised; a sentence end of
+    ``end_ids`` at every third position, so several sentences are read): (src, src_len, src_ext,
     features or None)."""
     gen = torch.Generator().manual_seed(seed)
     src_vocab, tgt_vocab = model.cfg.src_vocab, model.cfg.tgt_vocab
@@ -242,6 +383,9 @@ def probe_inputs(model: nn.Module, rows: int, steps: int, n_ext: int, seed: int)
     for b in range(rows):  # a few source OOVs per row, numbered from V as pipeline.vocab.extended does
         for k in range(min(n_ext, int(lengths[b]))):
             src_ext[b, k * 2 % int(lengths[b])] = tgt_vocab + k
+    if end_ids:
+        at = torch.arange(2, steps, 3)  # (n,)
+        src[:, at] = torch.tensor(end_ids)[torch.arange(len(at)) % len(end_ids)]
     pad = torch.arange(steps).unsqueeze(0) >= lengths.unsqueeze(1)
     src, src_ext = src.masked_fill(pad, PAD), src_ext.masked_fill(pad, PAD)
     features = None
@@ -286,11 +430,11 @@ class GraphSpecs:
 
 
 @torch.no_grad()
-def _probe_runs(model: nn.Module) -> list[dict]:
+def _probe_runs(model: nn.Module, end_ids: tuple[int, ...]) -> list[dict]:
     """Encode each of :data:`PROBES` and take two search steps, as PyTorch search does."""
     runs = []
     for seed, (rows, steps, n_ext) in enumerate(PROBES):
-        src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, seed)
+        src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, seed, end_ids)
         state = model.encode(probe_batch(src, src_len, src_ext, n_ext, features))
         log_probs, one = model.step(state, torch.full((rows,), BOS, dtype=torch.long))
         _, two = model.step(one, log_probs.argmax(-1))
@@ -304,11 +448,11 @@ def _probe_runs(model: nn.Module) -> list[dict]:
     return runs
 
 
-def graph_specs(model: nn.Module) -> GraphSpecs:
+def graph_specs(model: nn.Module, end_ids: tuple[int, ...] = ()) -> GraphSpecs:
     """The names, dtypes and axes of both graphs' tensors, read off the model run on two probe sizes:
     ``batch`` (rows: examples x beam), ``src`` (source positions), ``ext`` (OOV slots) and ``cache``
     (the Transformer decoder's positions so far, in the recurrent state after one and two steps)."""
-    runs = _probe_runs(model)
+    runs = _probe_runs(model, end_ids)
     init = runs[0]["states"][0]
     keys = tuple(k for k, v in init.items() if torch.is_tensor(v))
     static = set(getattr(model, "static_state_keys", ()))
@@ -385,9 +529,9 @@ def _export(module: nn.Module, args: tuple, names: tuple, dynamic: tuple, output
     onnx.save(proto, str(path))
 
 
-def export_graphs(model: nn.Module, out_dir: Path) -> GraphSpecs:
-    """Write ``encoder.onnx`` and ``step.onnx`` of ``model`` under ``out_dir``; returns their specs."""
-    specs = graph_specs(model)
+def export_graphs(model: nn.Module, out_dir: Path, end_ids: tuple[int, ...] = ()) -> GraphSpecs:
+    """Write ``encoder.onnx`` and ``step.onnx`` of ``model`` under ``out_dir``; returns their specs.
+    ``end_ids``: the source ids that end a sentence (:func:`sentence_end_ids`)."""
     rows, steps, n_ext = PROBES[0]
     dims = {
         "batch": torch.export.Dim("batch", min=1),
@@ -396,9 +540,10 @@ def export_graphs(model: nn.Module, out_dir: Path) -> GraphSpecs:
         "cache": torch.export.Dim("cache", min=0),
         "features": torch.export.Dim("features", min=1),
     }
-    src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, 0)
+    src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, 0, end_ids)
     enc_args = (src, src_len, src_ext) + ((features,) if features is not None else ())
-    with exportable(model) as traced:
+    with exportable(model, end_ids) as traced:
+        specs = graph_specs(traced, end_ids)  # through the export's encoder: it reads the sentence ends from src
         with torch.no_grad():  # the sample state: after two steps (a cache of 2 positions: not specialised)
             state = traced.encode(probe_batch(src, src_len, src_ext, n_ext, features))
             log_probs, state = traced.step(state, torch.full((rows,), BOS, dtype=torch.long))

@@ -25,6 +25,7 @@ from pipeline.serving.limits import RequestChecks, ServingConfig, verify_files
 from pipeline.serving.onnx_model import OnnxModel
 from pipeline.serving.onnx_search import DecodeCancelled, beam_search, check_interrupt
 from pipeline.vocab.extended import ext_ids_to_tokens, extend_example
+from pipeline.vocab.tokenizer import RECORD, BackboneTokenizer
 from pipeline.vocab.vocabulary import EOS, FEATURES_VOCAB, PAD, SPECIALS, UNK, Vocab
 
 UNK_TOKEN = SPECIALS[UNK]
@@ -176,6 +177,9 @@ class OnnxPredictor(RequestChecks):
         self.features_vocab = Vocab.load(features) if features.is_file() else None
         subword = export_dir / "subword.model"
         self.subword_model = str(subword) if subword.is_file() else None
+        # A model on a pretrained backbone: its tokenizer (exported beside the graphs) turns the reader's
+        # tokens into pieces and the output pieces back into text, as the PyTorch predictor does.
+        self.backbone = BackboneTokenizer.load(export_dir) if (export_dir / RECORD).is_file() else None
         self.init_checks()
 
     def predict(
@@ -201,9 +205,10 @@ class OnnxPredictor(RequestChecks):
         rows = max(1, min(self.config.batch_size, self.config.max_batch_positions // (beam_size * longest)))
         cfg = self.config.eval_config(beam_size=beam_size, max_len=max_len, batch_size=rows)
         with self._slot(deadline):
+            todo_sources = [sources[i] for i in todo]
             records = decode_rows(
                 self.model,
-                [sources[i] for i in todo],
+                self.backbone.words_to_pieces(todo_sources) if self.backbone is not None else todo_sources,
                 self.src_vocab,
                 self.tgt_vocab,
                 cfg,
@@ -212,6 +217,15 @@ class OnnxPredictor(RequestChecks):
                 features=[tags[i] for i in todo] if self.features_vocab is not None else None,
                 features_vocab=self.features_vocab,
             )
+        if self.backbone is not None:
+            # tokens: the text each output piece adds. copied: the copied source pieces outside the
+            # vocabulary (the PyTorch predictor also lists known pieces mostly copied, which needs the
+            # copy-only distribution the step graph does not return)
+            for i, rec in zip(todo, records):
+                spans = self.backbone.spans(rec["pred"])
+                copied = [span for span, piece in zip(spans, rec["pred"]) if piece in rec["copied"] and span.strip()]
+                out[i].update(tokens=spans, copied=copied, score=rec["scores"][0], output="".join(spans).strip())
+            return out
         for i, rec in zip(todo, records):
             out[i].update(
                 tokens=rec["pred"],

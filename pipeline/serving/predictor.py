@@ -109,13 +109,6 @@ class Predictor(RequestChecks):
             features,
         )
 
-    def unknown_warning(self, tokens: Sequence[str]) -> str:
-        """As :meth:`RequestChecks.unknown_warning`, on a backbone's pieces where the model has one
-        (unknown where its tokenizer has <unk>)."""
-        if tokens and self.backbone is not None:
-            tokens = self.backbone.words_to_pieces([tokens])[0]
-        return super().unknown_warning(tokens)
-
     # ----------------------------------------------------------------------------- decoding
     def predict(
         self,

@@ -303,7 +303,10 @@ def test_a_changed_file_is_refused(project, tmp_path) -> None:
 
 
 def test_an_untraceable_model_is_refused_in_one_line(tmp_path, capsys) -> None:
-    root = write_project(tmp_path, {"read_again": ("read_again", {}, {})}, steps=0)
+    """Read-Again over sentences whose end token is outside the source vocabulary (the graph finds
+    sentence ends by source ids): refused through the command, in one line, nothing written."""
+    settings = {"sentences": "opt1", "sentence_end": ["."]}
+    root = write_project(tmp_path, {"read_again": ("read_again", {}, settings)}, steps=0)
     args = [
         str(root / "data/checkpoints" / TASK / "read_again"),
         "--out",
@@ -314,7 +317,7 @@ def test_an_untraceable_model_is_refused_in_one_line(tmp_path, capsys) -> None:
     assert export_main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("copyseq-export: error:")
-    assert "ReadAgainEncoder" in err and "supported: CopyNet, the pointer-generator" in err
+    assert "model.read_again.sentences opt1" in err and "supported: CopyNet, the pointer-generator" in err
     assert not (tmp_path / "out").exists()
 
 

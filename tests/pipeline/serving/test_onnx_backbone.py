@@ -1,0 +1,203 @@
+"""ONNX export of the copy heads on pretrained backbones (pipeline/serving/onnx_backbone.py) on tiny BART,
+T5 and Marian backbones made here (no network): the encoder graph gives the decoder's cross-attention
+keys and values (static) and empty self-attention caches, each exported step equals PyTorch's ``step``
+(log-probabilities, the copy attention) while the caches grow one position a step, and greedy and beam-4
+n-best lists through the numpy search over onnxruntime equal the PyTorch search's.
+
+One export takes 20-30 s on two cores: two (BART with the pointer-generator and coverage, T5 with
+CopyNet) run by default, the rest of the grid (every head on every backbone) is marked slow."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from benchmarks.toy import TOY_SEEN, toy_copy_example
+from models.extended import NEG
+from models.registry import build_model, model_config
+from models.specials import BOS
+from pipeline.decoding.search import beam_search, greedy
+from pipeline.serving import onnx_search
+from pipeline.serving.onnx_backbone import export_backbone_graphs
+from pipeline.serving.onnx_graphs import probe_batch, probe_inputs
+from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
+from pipeline.vocab.batching import collate
+from pipeline.vocab.tiny_backbone import KINDS, make_tiny_backbone
+from pipeline.vocab.tokenizer import BackboneTokenizer
+from tests.pipeline.serving.test_hf_export import HEAD as HF_HEAD
+from tests.pipeline.serving.test_hf_export import row  # noqa: F401 - the fixture
+from tests.pipeline.serving.test_hf_export import sources as hf_sources
+from tests.pipeline.serving.test_onnx_export import TOLERANCE, assert_same_nbest
+
+LAYERS = 2
+HEADS = {
+    "backbone_pointer_generator": {"coverage": True},
+    "backbone_copynet": {},
+    "backbone_pointer_softmax": {},
+    "backbone_lm": {},
+}
+FAST = {("bart", "backbone_pointer_generator"), ("t5", "backbone_copynet")}
+GRID = [
+    pytest.param(kind, head, marks=() if (kind, head) in FAST else pytest.mark.slow, id=f"{kind}-{head}")
+    for kind in KINDS
+    for head in HEADS
+]
+# "U", "W" and "Z" never occur in the tokenizers' text: their pieces are <unk>, the sources' extended ids.
+SOURCES = ["a s1 U7 s2 U7 b", "a s3 s3 b", "a W2 b", "a s4 s40 s12 Z3 U b", "a s5 b"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def quiet():
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory) -> dict:
+    """kind -> (directory, its tokenizer as the vocab stage reads it)."""
+    root = tmp_path_factory.mktemp("onnx_backbones")
+    rng = random.Random(0)
+    texts = [" ".join(side) for _ in range(300) for side in toy_copy_example(rng, TOY_SEEN)]
+    out = {}
+    for kind in KINDS:
+        path = make_tiny_backbone(kind, texts, root / kind, d_model=16, layers=LAYERS, heads=2, vocab_size=120)
+        out[kind] = (path, BackboneTokenizer.from_backbone(str(path)))
+    return out
+
+
+def write_manifest(out: Path, specs, tgt_vocab: int) -> None:
+    """What OnnxModel reads of the manifest ``copyseq export`` writes."""
+    manifest = {
+        "format": FORMAT,
+        "graphs": {"encoder": {"file": "encoder.onnx"}, "step": {"file": "step.onnx"}},
+        "state": {"keys": list(specs.keys), "recurrent": list(specs.recurrent)},
+        "vocab": {"tgt_size": tgt_vocab},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def exported(backbones, tmp_path_factory):
+    """(kind, head) -> (the PyTorch model in eval mode, its export directory, the graphs' specs), each
+    exported once."""
+    done = {}
+
+    def get(kind: str, head: str):
+        if (kind, head) not in done:
+            path, tok = backbones[kind]
+            torch.manual_seed(0)
+            size = len(tok.vocab)
+            cfg = model_config({"backbone": str(path), head: HEADS[head]}, head, src_vocab=size, tgt_vocab=size)
+            model = build_model(head, cfg).eval()
+            out = tmp_path_factory.mktemp(f"{kind}_{head}")
+            specs = export_backbone_graphs(model, out)
+            write_manifest(out, specs, size)
+            done[kind, head] = (model, out, specs)
+        return done[kind, head]
+
+    return get
+
+
+@pytest.mark.parametrize(("kind", "head"), GRID)
+@torch.no_grad()
+def test_each_step_equals_pytorch_as_the_cache_grows(exported, kind, head) -> None:
+    """On batches of other sizes than the traced ones, eight steps fed PyTorch's best word: log p over
+    V + X within 1e-4 of ``step``'s (a distribution: it sums to 1), the copy attention equal, the
+    self-attention caches one position longer each step, the cross-attention ones the encoder's,
+    never a step output."""
+    model, out, specs = exported(kind, head)
+    assert {f"bb_cross_{kv}{i}" for kv in "kv" for i in range(LAYERS)} <= set(specs.keys) - set(specs.recurrent)
+    assert {f"bb_self_{kv}{i}" for kv in "kv" for i in range(LAYERS)} <= set(specs.recurrent)
+    onnx_model = OnnxModel(out, threads=1)
+    for seed, (rows, length, n_ext) in enumerate(((1, 6, 1), (4, 9, 2))):
+        src, src_len, src_ext, _ = probe_inputs(model, rows, length, n_ext, seed + 10)
+        state = model.encode(probe_batch(src, src_len, src_ext, n_ext))
+        onnx_state = onnx_model.encode({"src": src.numpy(), "src_len": src_len.numpy(), "src_ext": src_ext.numpy()})
+        assert onnx_state["bb_self_k0"].shape[2] == 0
+        cross = onnx_state["bb_cross_k1"].copy()
+        prev = torch.full((rows,), BOS, dtype=torch.long)
+        for t in range(8):
+            log_probs, state = model.step(state, prev)
+            got, updates = onnx_model.step(onnx_state, prev.numpy(), n_ext)
+            onnx_state.update(updates)
+            want = log_probs.numpy()
+            live = want > NEG / 2
+            assert got.shape == want.shape == (rows, model.cfg.tgt_vocab + n_ext)
+            assert np.abs(got[live] - want[live]).max() < TOLERANCE, t
+            assert np.allclose(np.exp(got.astype(np.float64)).sum(axis=1), 1.0, atol=1e-5)
+            assert np.abs(updates["attn"] - state["attn"].numpy()).max() < TOLERANCE
+            assert updates["bb_self_v1"].shape[2] == t + 1
+            assert np.abs(updates["bb_self_v1"] - state["bb_self_v1"].numpy()).max() < TOLERANCE
+            assert "bb_cross_k1" not in updates
+            assert np.abs(cross - state["bb_cross_k1"].numpy()).max() < TOLERANCE
+            prev = log_probs.argmax(-1)
+
+
+def both_batches(tok: BackboneTokenizer, texts: list[str]):
+    """The pipeline's batch of ``texts`` (the tokenizer's pieces) and the encoder graph's inputs."""
+    batch = collate(tok.pieces(texts), None, tok.vocab, tok.vocab)
+    inputs = {"src": batch.src.numpy(), "src_len": batch.src_len.numpy(), "src_ext": batch.src_ext.numpy()}
+    assert batch.n_ext >= 2  # the pieces of "U", "W", "Z": copies only the extended vocabulary holds
+    return batch, inputs, batch.n_ext
+
+
+@pytest.mark.parametrize(("kind", "head"), GRID)
+def test_greedy_and_beam_nbest_equal_pytorch(backbones, exported, kind, head) -> None:
+    """The numpy search over the graphs gives PyTorch's hypotheses (extended ids) in its order, scores
+    within 1e-4: greedy, and beam 4 with a length penalty and n-gram blocking."""
+    model, out, _ = exported(kind, head)
+    onnx_model = OnnxModel(out, threads=1)
+    batch, inputs, n_ext = both_batches(backbones[kind][1], SOURCES)
+    with torch.no_grad():
+        want = greedy(model, batch, 10)
+    got = onnx_search.greedy(onnx_model, inputs, n_ext, 10)
+    assert [h.ids for h in got] == [h.ids for h in want]
+    assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+    with torch.no_grad():  # beam 4, max_len 10, min_len 2, length penalty 0.6, no repeated bigram
+        want = beam_search(model, batch, 4, 10, 2, 0.6, 2)
+    got = onnx_search.beam_search(onnx_model, inputs, n_ext, 4, 10, 2, 0.6, 2)
+    assert_same_nbest(want, got)
+    assert all(len(hyps) == 4 for hyps in got)
+
+
+def test_copyseq_export_of_a_backbone_row_answers_as_the_pytorch_predictor(row, tmp_path):  # noqa: F811
+    """``copyseq export CHECKPOINT --out DIR`` of a CopyNet row on a tiny BART (trained, 10% of its fillers
+    outside the tokenizer's vocabulary): the folder holds the tokenizer, its own check passed, and
+    OnnxPredictor gives the PyTorch Predictor's texts, pieces, warnings and scores (within 1e-4) on
+    sources with unseen words. ``copied`` lists the copied pieces outside the vocabulary, a subset of
+    the PyTorch predictor's (which also lists known pieces mostly copied)."""
+    from pipeline.serving.export import main as export_main
+    from pipeline.serving.onnx_predictor import OnnxPredictor
+    from pipeline.serving.predictor import Predictor, ServingConfig
+    from pipeline.vocab.tokenizer import RECORD, TOKENIZER_DIR
+
+    checkpoint, vocab_dir = row
+    params = tmp_path / "params.yaml"
+    evaluate = {"beam_size": 4, "max_len": 16}
+    settings = {"tasks": {"toy": "data"}, "mechanisms": [HF_HEAD], "prepare": {"toy": {"reader": "copynet_rules"}}}
+    params.write_text(json.dumps({**settings, "evaluate": evaluate}), encoding="utf-8")  # JSON is YAML
+    out = tmp_path / "onnx"
+    args = [str(checkpoint), "--out", str(out), "--params", str(params), "--vocab", str(vocab_dir)]
+    assert export_main(args) == 0
+    assert (out / RECORD).is_file() and (out / TOKENIZER_DIR).is_dir()
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    assert manifest["check"]["max_abs_log_prob_diff"] <= 1e-3
+    config = ServingConfig(task="toy", mechanism=HF_HEAD, prepare={"reader": "copynet_rules"}, beam_size=4, max_len=16)
+    torch_side = Predictor(
+        checkpoint / "model.pt", vocab_dir / "src.vocab", vocab_dir / "tgt.vocab", config, backbone_tokenizer=vocab_dir
+    )
+    onnx_side = OnnxPredictor(out, threads=1)
+    texts = [*hf_sources(), "", "WZUW ZW"]  # the last: 6 of its 8 pieces unknown
+    want, got = torch_side.predict(texts), onnx_side.predict(texts)
+    assert any(w["copied"] for w in want)  # the row copies: the check below is not vacuous
+    for w, g in zip(want, got, strict=True):
+        assert (g["output"], g["tokens"], g["warning"]) == (w["output"], w["tokens"], w["warning"])
+        assert abs(g["score"] - w["score"]) <= TOLERANCE if w["output"] else g["score"] == w["score"]
+        assert set(g["copied"]) <= set(w["copied"])
+    assert any(g["warning"] for g in got)  # the all-unseen source is warned about on both sides
