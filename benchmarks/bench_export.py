@@ -14,11 +14,22 @@ stage saves it, exported (:func:`pipeline.serving.export.export_onnx`), and serv
    process, from its start to the first output line (one sentence, beam 10), and the peak resident
    memory (VmHWM) of such a process answering 64 sentences at beam 10.
 
+``--backbone bart-base`` adds the copy heads on a pretrained backbone (``--backbone-heads``: the
+pointer-generator with coverage and CopyNet, :mod:`pipeline.serving.onnx_backbone`), measured the same
+way on the same kind of sources: a BART of BART-base's shape (d_model 768, 6 + 6 layers, 12 heads,
+feed-forward 3072) with fresh weights, its BPE tokenizer trained here on the sources' words (asked for
+BART-base's 50,265 pieces; the table's vocab column is the size the row got), saved with its tokenizer
+directory as the vocab stage writes it, so ``predict --checkpoint`` and ``copyseq export`` read it as
+they read a trained backbone row. Output steps are the tokenizer's pieces. ``--backbone tiny``: the same
+on a BART of d_model 32, 2 + 2 layers and 2,000 pieces, to check the code in seconds. ``--vocabs``
+given no sizes: the backbone rows alone.
+
 Prints two markdown tables and the ONNX/PyTorch ratios. ``--quick``: the 16,000-word vocabulary,
 fewer sentences and shorter outputs (about a minute on two cores).
 
     python -m benchmarks.bench_export --quick
     python -m benchmarks.bench_export --vocabs 16000 50000 --threads 1 2
+    python -m benchmarks.bench_export --vocabs --backbone bart-base --threads 1 2
 """
 
 from __future__ import annotations
@@ -31,13 +42,14 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import yaml
 
 from models.registry import model_config
+from pipeline.config.backbones import backbone_vocab_dir
 from pipeline.config.params import load_params
 from pipeline.serving.export import Source, export_onnx
 from pipeline.serving.onnx_predictor import OnnxPredictor
@@ -51,27 +63,36 @@ REPO = Path(__file__).resolve().parents[1]
 TASK = "bench_export"
 PREPARE = {"reader": "copynet_rules"}  # whitespace tokens
 MECHANISMS = ("copynet", "pointer_generator")
+# --backbone: BART shapes (vocab: the pieces the tokenizer trainer is asked for, as many source words)
+BACKBONES = {
+    "bart-base": {"d_model": 768, "layers": 6, "heads": 12, "ffn": 3072, "vocab": 50265},
+    "tiny": {"d_model": 32, "layers": 2, "heads": 2, "ffn": 64, "vocab": 2000},
+}
+BACKBONE_HEADS = {"backbone_pointer_generator": {"coverage": True}, "backbone_copynet": {}}
 
 
-def write_model(root: Path, mechanism: str, vocab_size: int, max_len: int) -> tuple[Path, Path, ServingConfig]:
-    """A random model of params.yaml's sizes saved as the train stage saves it, its vocabularies and a
-    params.yaml (for ``predict --checkpoint``): (checkpoint dir, vocab dir, serving config)."""
-    words = [f"w{i}" for i in range(vocab_size - len(SPECIALS))]
-    vocab = Vocab(list(SPECIALS) + words, [0] * len(SPECIALS) + [1] * len(words))
-    vocab_dir = root / "data/vocab" / TASK
-    vocab_dir.mkdir(parents=True, exist_ok=True)
-    vocab.save(vocab_dir / "src.vocab")
-    vocab.save(vocab_dir / "tgt.vocab")
-    section = load_params()["model"]
-    cfg = model_config(section, mechanism, src_vocab=vocab_size, tgt_vocab=vocab_size)
-    model = build_seeded_model(mechanism, cfg, 0).eval()
+@dataclass(frozen=True)
+class Row:
+    """A model saved as the train stage saves it, with what its sources and tables need."""
+
+    label: str  # the tables' mechanism column
+    ckpt: Path  # data/checkpoints/<task>/<mechanism>
+    vocab_dir: Path  # src.vocab, tgt.vocab (and a backbone's tokenizer)
+    config: ServingConfig
+    vocab: int  # the model's vocabulary size
+    words: int  # sources draw w0 .. w{words - 1}
+
+
+def save_row(root: Path, mechanism: str, model: torch.nn.Module, vocab: Vocab, model_section: dict, max_len: int):
+    """``model`` saved as the train stage saves it and a params.yaml naming it (for ``predict
+    --checkpoint``): (checkpoint dir, serving config)."""
     ckpt = root / "data/checkpoints" / TASK / mechanism
     ckpt.mkdir(parents=True, exist_ok=True)
     identity = vocab_identity(vocab)
     save_atomic(
         {
             "model": model.state_dict(),
-            "model_config": vars(cfg),
+            "model_config": vars(model.cfg),
             "mechanism": mechanism,
             "vocab": {"src": identity, "tgt": identity},
         },
@@ -81,26 +102,74 @@ def write_model(root: Path, mechanism: str, vocab_size: int, max_len: int) -> tu
     serving = {"max_inputs": 64, "max_output_len": max(200, max_len)}
     params = {
         "tasks": {TASK: "data"},
-        "mechanisms": list(MECHANISMS),
+        "mechanisms": [mechanism],
         "prepare": {TASK: PREPARE},
-        "model": {k: v for k, v in section.items() if not isinstance(v, dict)},
+        "model": model_section,
         "evaluate": evaluate,
         "serving": serving,
         "tracking": {"experiment_prefix": ""},
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    return ckpt, vocab_dir, ServingConfig.from_params(TASK, mechanism, PREPARE, evaluate, serving)
+    return ckpt, ServingConfig.from_params(TASK, mechanism, PREPARE, evaluate, serving)
 
 
-def sentences(n: int, vocab_size: int, length: int, seed: int = 0) -> list[str]:
-    """Random sources of ``length`` words, two of them outside the vocabulary (copied)."""
+def write_model(root: Path, mechanism: str, vocab_size: int, max_len: int) -> Row:
+    """A random model of params.yaml's sizes over the words w0, w1, ... and its vocabularies."""
+    words = [f"w{i}" for i in range(vocab_size - len(SPECIALS))]
+    vocab = Vocab(list(SPECIALS) + words, [0] * len(SPECIALS) + [1] * len(words))
+    vocab_dir = root / "data/vocab" / TASK
+    vocab_dir.mkdir(parents=True, exist_ok=True)
+    vocab.save(vocab_dir / "src.vocab")
+    vocab.save(vocab_dir / "tgt.vocab")
+    section = load_params()["model"]
+    cfg = model_config(section, mechanism, src_vocab=vocab_size, tgt_vocab=vocab_size)
+    model = build_seeded_model(mechanism, cfg, 0).eval()
+    scalars = {k: v for k, v in section.items() if not isinstance(v, dict)}
+    ckpt, config = save_row(root, mechanism, model, vocab, scalars, max_len)
+    return Row(mechanism, ckpt, vocab_dir, config, vocab_size, len(words))
+
+
+def write_backbone_model(root: Path, mechanism: str, shape: str, max_len: int) -> Row:
+    """A copy head on a BART of ``shape`` (:data:`BACKBONES`) with fresh weights, its BPE tokenizer
+    trained on the words w0, w1, ... (a character outside them, as the sources' ``oov``, is an unknown
+    piece: copied), the backbone directory and the vocab stage's tokenizer directory of it."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from pipeline.vocab.tiny_backbone import tiny_config, train_tokenizer
+    from pipeline.vocab.tokenizer import BackboneTokenizer
+
+    size = BACKBONES[shape]
+    words = size["vocab"]
+    texts = [" ".join(f"w{i}" for i in range(k, min(k + 20, words))) for k in range(0, words, 20)]
+    tokenizer = train_tokenizer(texts, "bart", size["vocab"])
+    hf_config = tiny_config("bart", tokenizer, size["d_model"], size["layers"], size["heads"])
+    hf_config.encoder_ffn_dim = hf_config.decoder_ffn_dim = size["ffn"]  # tiny_config's is 2 x d_model
+    hf_config.max_position_embeddings = 1024  # BART-base's
+    backbone = root / "backbone"
+    torch.manual_seed(0)
+    AutoModelForSeq2SeqLM.from_config(hf_config).save_pretrained(str(backbone))
+    tokenizer.save_pretrained(str(backbone))
+    tok = BackboneTokenizer.from_backbone(str(backbone))
+    vocab_dir = backbone_vocab_dir(root / "data/vocab" / TASK, str(backbone))  # where predict --checkpoint looks
+    tok.save(vocab_dir)
+    n = len(tok.vocab)
+    section = {"backbone": str(backbone), mechanism: BACKBONE_HEADS[mechanism]}
+    model = build_seeded_model(mechanism, model_config(section, mechanism, src_vocab=n, tgt_vocab=n), 0).eval()
+    ckpt, config = save_row(root, mechanism, model, tok.vocab, {"backbone": str(backbone)}, max_len)
+    coverage = " (coverage)" if BACKBONE_HEADS[mechanism].get("coverage") else ""
+    return Row(f"{mechanism}{coverage} on a {shape}-shaped BART", ckpt, vocab_dir, config, n, words)
+
+
+def sentences(n: int, words: int, length: int, seed: int = 0) -> list[str]:
+    """Random sources of ``length`` words among w0 .. w{words - 1}, two of them outside the
+    vocabulary (copied)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        words = [f"w{rng.randrange(vocab_size - len(SPECIALS))}" for _ in range(length - 2)]
-        words[rng.randrange(len(words))] = f"oov{i}"
-        words.append(f"oov{i}x")
-        out.append(" ".join(["w0", *words]))
+        drawn = [f"w{rng.randrange(words)}" for _ in range(length - 2)]
+        drawn[rng.randrange(len(drawn))] = f"oov{i}"
+        drawn.append(f"oov{i}x")
+        out.append(" ".join(["w0", *drawn]))
     return out
 
 
@@ -114,8 +183,9 @@ def rate(predict, texts: list[str], per_request: int, beam: int, max_len: int) -
     return len(texts) / (time.perf_counter() - start), outputs
 
 
-def throughput(ckpt: Path, vocab_dir: Path, config: ServingConfig, export: Path, args, vocab_size: int) -> list[dict]:
-    torch_predictor = local_model(ckpt, vocab_dir, config).python_model.predictor
+def throughput(row: Row, export: Path, args) -> list[dict]:
+    config = ServingConfig.from_dict(asdict(row.config))
+    torch_predictor = local_model(row.ckpt, row.vocab_dir, config).python_model.predictor
     rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -123,7 +193,7 @@ def throughput(ckpt: Path, vocab_dir: Path, config: ServingConfig, export: Path,
         row = {"threads": threads}
         for name, beam in (("greedy", 1), ("beam10", 10)):
             for per_request, count in ((1, args.single), (64, args.batched)):
-                texts = sentences(count, vocab_size, args.src_len, seed=per_request)
+                texts = sentences(count, row.words, args.src_len, seed=per_request)
                 key = f"{name}/{per_request}"
 
                 row[f"torch {key}"], want = rate(torch_predictor.predict, texts, per_request, beam, args.max_len)
@@ -175,16 +245,16 @@ def cold_start(command: list[str], text: str, threads: int) -> tuple[float, floa
     return first, peak[0]
 
 
-def cold_starts(ckpt: Path, root: Path, export: Path, vocab_size: int, args) -> dict:
-    one = sentences(1, vocab_size, args.src_len)[0]
-    many = "\n".join(sentences(64, vocab_size, args.src_len, seed=9))
+def cold_starts(row: Row, root: Path, export: Path, args) -> dict:
+    one = sentences(1, row.words, args.src_len)[0]
+    many = "\n".join(sentences(64, row.words, args.src_len, seed=9))
     commands = {
         "torch": [
             sys.executable,
             "-m",
             "pipeline.serving.predict",
             "--checkpoint",
-            str(ckpt),
+            str(row.ckpt),
             "--params",
             str(root / "params.yaml"),
         ],
@@ -208,9 +278,28 @@ def cold_starts(ckpt: Path, root: Path, export: Path, vocab_size: int, args) -> 
     return out
 
 
+def measure(row: Row, root: Path, args, speed: list[dict], starts: list[dict]) -> None:
+    """Export ``row`` under ``root``, then add its throughput and cold-start rows."""
+    source = Source(row.ckpt / "model.pt", row.vocab_dir, row.config, None, str(row.ckpt))
+    start = time.perf_counter()
+    export_onnx(source, root / "export")
+    exported = time.perf_counter() - start
+    size = sum(p.stat().st_size for p in (root / "export").glob("*.onnx")) / 2**20
+    for result in throughput(row, root / "export", args):
+        speed.append({"mechanism": row.label, "vocab": row.vocab, **result})
+        print(speed[-1], file=sys.stderr, flush=True)
+    cold = cold_starts(row, root, root / "export", args)
+    starts.append({"mechanism": row.label, "vocab": row.vocab, "export_s": exported, "onnx_mb": size, **cold})
+    print(starts[-1], file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocabs", type=int, nargs="+", default=[16000, 50000])
+    parser.add_argument(
+        "--vocabs", type=int, nargs="*", default=None, help="word vocabularies (default 16000 50000; none: skip)"
+    )
+    parser.add_argument("--backbone", choices=BACKBONES, help="also the copy heads on a BART of this shape")
+    parser.add_argument("--backbone-heads", nargs="+", choices=BACKBONE_HEADS, default=list(BACKBONE_HEADS))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--single", type=int, default=32, help="sentences decoded one per request")
     parser.add_argument("--batched", type=int, default=128, help="sentences decoded 64 per request")
@@ -219,28 +308,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="16,000 words, 8 + 64 sentences, 12 steps")
     args = parser.parse_args(argv)
     if args.quick:
-        args.vocabs, args.single, args.batched, args.max_len, args.src_len = [16000], 8, 64, 12, 20
+        args.single, args.batched, args.max_len, args.src_len = 8, 64, 12, 20
+    if args.vocabs is None:
+        args.vocabs = [16000] if args.quick else [16000, 50000]
+    builds = [(write_model, m, v) for v in args.vocabs for m in MECHANISMS]
+    if args.backbone:
+        builds += [(write_backbone_model, m, args.backbone) for m in args.backbone_heads]
     speed, starts = [], []
-    for vocab_size in args.vocabs:
-        for mechanism in MECHANISMS:
-            with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
-                root = Path(tmp)
-                ckpt, vocab_dir, config = write_model(root, mechanism, vocab_size, args.max_len)
-                source = Source(ckpt / "model.pt", vocab_dir, config, None, str(ckpt))
-                start = time.perf_counter()
-                export_onnx(source, root / "export")
-                exported = time.perf_counter() - start
-                size = sum(p.stat().st_size for p in (root / "export").glob("*.onnx")) / 2**20
-                for row in throughput(
-                    ckpt, vocab_dir, ServingConfig.from_dict(asdict(config)), root / "export", args, vocab_size
-                ):
-                    speed.append({"mechanism": mechanism, "vocab": vocab_size, **row})
-                    print(speed[-1], file=sys.stderr, flush=True)
-                cold = cold_starts(ckpt, root, root / "export", vocab_size, args)
-                starts.append(
-                    {"mechanism": mechanism, "vocab": vocab_size, "export_s": exported, "onnx_mb": size, **cold}
-                )
-                print(starts[-1], file=sys.stderr, flush=True)
+    for build, mechanism, size in builds:
+        with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
+            root = Path(tmp)
+            measure(build(root, mechanism, size, args.max_len), root, args, speed, starts)
     keys = [f"{m}/{n}" for m in ("greedy", "beam10") for n in (1, 64)]
     print(f"sentences/s (source {args.src_len} words, {args.max_len} output steps); ONNX/PyTorch in brackets\n")
     print("| mechanism | vocab | threads | " + " | ".join(f"{k} torch | {k} onnx" for k in keys) + " | same outputs |")

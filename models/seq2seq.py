@@ -44,12 +44,15 @@ Softmax: log p(y_t, z_t), with the switch z_t observed; coverage: minus the cove
 Validation (eval mode) always scores log p(y_t), the same quantity for every mechanism.
 
 Features (``cfg.features_vocab`` > 0: tags kept apart from the source, e.g. ``V;PST;3;SG`` for an
-inflection, the batch's ``features`` (B, F)): their own embedding table, mean over the tags, projected
-(``encode_features``), and added where the decoder starts: to the encoder summary that every recurrent
-decoder makes s_0 = tanh(W summary) from, or, for the transformer decoder (no initial state), to the
-embedding of its first input <s>. The source, the copy scores and the extended vocabulary never see
-them, so no mechanism can copy a tag. With ``features_vocab`` 0 no module, parameter or random draw
-is added and every computation is the one without features.
+inflection, the batch's ``features`` (B, F)): their own embedding table, mean over the tags
+(``encode_features``), f = W_f mean + b_f projected to the target embedding's width, and added to the
+decoder input at every step: x_t = [e(y_{t-1}) + f; extra(y_{t-1})] (``decoder_input``; after a
+mechanism's own input embedding, so Read-Again's eq. 15 input p_i carries it too). Every recurrent
+decoder also starts from them: W_s mean is added to the encoder summary it makes
+s_0 = tanh(W summary) from; the transformer decoder has no initial state, its first input e(<s>) + f
+is its start. The source, the copy scores and the extended vocabulary never see them, so no
+mechanism can copy a tag. With ``features_vocab`` 0 no module, parameter or random draw is added and
+every computation is the one without features.
 """
 
 from __future__ import annotations
@@ -349,10 +352,22 @@ def shared_softmax(gen: torch.Tensor, copy: torch.Tensor) -> Scores:
     return Scores(gen, -log_z, copy, -log_z)
 
 
+def _refuse_start_only_features(module, state_dict, prefix, *args) -> None:
+    """Load pre-hook of a model with features: a checkpoint written before the features entered every
+    decoder step (its one projection ``features_proj``) is refused in one line naming the mismatch, not
+    in the state dict's list of missing and unexpected keys."""
+    if f"{prefix}features_proj.weight" in state_dict:
+        raise RuntimeError(
+            "the checkpoint conditions only the decoder's start on the features (its features_proj), this code "
+            "conditions every decoder step (features_in): retrain the model"
+        )
+
+
 class Seq2Seq(nn.Module):
     # State entries that depend on the source only: beam search never needs to reorder them,
     # because a beam's hypotheses always share their source.
     STATIC_KEYS = frozenset({"memory", "src_mask", "src_ext", "src_same", "n_ext", "features"})
+    features_at_start = True  # TEMPORARY measurement switch
 
     def __init__(
         self,
@@ -382,16 +397,17 @@ class Seq2Seq(nn.Module):
         self.static_state_keys = self.STATIC_KEYS | self.decoder.static_keys | output_layer.static_keys
         self.drop = nn.Dropout(cfg.dropout)
         # Features last: every other parameter draws the initial values it draws without them.
-        self.features_at_bos = cfg.decoder == "transformer"  # no initial state: the features join e(<s>)
         if cfg.features_vocab:
             self.features_emb = nn.Embedding(cfg.features_vocab, cfg.emb, padding_idx=PAD)
-            width = self.tgt_emb.embedding_dim if self.features_at_bos else self.encoder.out_dim
-            self.features_proj = nn.Linear(cfg.emb, width)
+            if self.features_at_start and cfg.decoder != "transformer":  # the transformer has no s_0
+                self.features_start = nn.Linear(cfg.emb, self.encoder.out_dim)  # W_s: the summary's width M
+            self.features_in = nn.Linear(cfg.emb, self.tgt_emb.embedding_dim)  # W_f: every step's input, E
+            self.register_load_state_dict_pre_hook(_refuse_start_only_features)
 
     def encode_features(self, batch) -> torch.Tensor | None:
-        """The batch's features (B, F) -> their mean embedding projected: (B, M), added to the encoder
-        summary (recurrent decoders), or (B, E), added to e(<s>) (the transformer decoder); None for a
-        model without features. A batch and a model that disagree on having features is an error."""
+        """The batch's features (B, F) -> the mean of their embeddings (B, E_f), which ``encode`` projects;
+        None for a model without features. A batch and a model that disagree on having features is an
+        error."""
         ids = getattr(batch, "features", None)  # (B, F) or None
         if not self.cfg.features_vocab:
             if ids is not None:
@@ -403,15 +419,14 @@ class Seq2Seq(nn.Module):
                 "batch the rows with the task's features.vocab"
             )
         count = (ids != PAD).sum(dim=1, keepdim=True).clamp(min=1)  # (B, 1); no tags: the mean is 0
-        mean = self.features_emb(ids).sum(dim=1) / count  # (B, E): <pad> embeds as 0
-        return self.features_proj(mean)  # (B, M) or (B, E)
+        return self.features_emb(ids).sum(dim=1) / count  # (B, E_f): <pad> embeds as 0
 
     def encode(self, batch) -> State:
         mask = batch.src != PAD  # (B, S)
         memory, summary = self.encoder(self.drop(self.src_emb(batch.src)), batch.src_len, batch)  # (B, S, M), (B, M)
-        features = self.encode_features(batch)
-        if features is not None and not self.features_at_bos:
-            summary = summary + features  # (B, M): the decoder's s_0 = tanh(W summary) starts conditioned
+        tags = self.encode_features(batch)  # (B, E_f) or None
+        if tags is not None and hasattr(self, "features_start"):
+            summary = summary + self.features_start(tags)  # (B, M): s_0 = tanh(W summary) starts conditioned
         state: State = {
             "memory": memory,
             "src_mask": mask,
@@ -420,8 +435,8 @@ class Seq2Seq(nn.Module):
             "src_same": batch.src_ext.unsqueeze(2) == batch.src_ext.unsqueeze(1),
             "n_ext": batch.n_ext,
         }
-        if features is not None and self.features_at_bos:
-            state["features"] = features  # (B, E), added to e(<s>) by decoder_input
+        if tags is not None:
+            state["features"] = self.features_in(tags)  # (B, E): f, added to every decoder input by decoder_input
         state.update(self.decoder.init_state(memory, summary, mask))
         state.update(self.output.init_state(state))
         return state
@@ -435,9 +450,9 @@ class Seq2Seq(nn.Module):
         when the caller looked it up already (teacher forcing looks up all steps at once: one
         embedding backward instead of one dense (V, E) gradient per step)."""
         emb = self.embed(prev_ids) if emb is None else emb
-        if "features" in state:  # the transformer decoder's features, on its first input e(<s>)
-            emb = emb + state["features"] * (prev_ids == BOS).unsqueeze(-1).to(emb.dtype)  # (B, E)
         inputs = [self.output.embed_input(state, prev_ids, emb)]  # (B, E)
+        if "features" in state:  # the features' f, at every step
+            inputs[0] = inputs[0] + state["features"]  # (B, E)
         extra = self.output.extra_input(state, prev_ids)
         if extra is not None:
             inputs.append(extra)

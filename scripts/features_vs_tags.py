@@ -13,7 +13,8 @@ project's own code (``python -m pipeline.data.tasks add``, the prepare job, the 
 scratch project:
 
 - ``features``: the tags in a features column (``--features-col tags``): the model embeds them and
-  conditions the decoder's start on them; they are never copy candidates.
+  conditions the decoder on them (its start, and its input at every step); they are never copy
+  candidates.
 - ``pasted``: the tags pasted before the characters as source tokens (``REV DBL PRG s e a l``),
   which the encoder reads and the copy mechanism can copy into the output.
 
@@ -30,6 +31,13 @@ exact match reaches 95, and the wall time of training and of decoding. Prints a 
 writes every figure (with each run's validation curve and per-example results) to ``--json``.
 
     .venv/bin/python scripts/features_vs_tags.py --json docs/experiments/features/features_vs_tags.json
+
+``--conditions features`` runs one condition only; ``--recorded PATH`` adds the runs of an earlier JSON
+of this script (same settings, so the same rows) to the table, its ``features`` runs renamed
+``--recorded-label`` (e.g. the figures of an earlier model), and pairs every condition with them too:
+
+    .venv/bin/python scripts/features_vs_tags.py --conditions features \
+        --recorded docs/experiments/features/features_vs_tags.json --recorded-label "features, start only"
 
 Runs on one thread (``--threads``) with the math libraries pinned as the pipeline's stages are;
 about 8 minutes with the defaults (7.5 measured on a 2-core machine shared with other work).
@@ -52,6 +60,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from pipeline.config.params import REPO_ROOT, load_params  # noqa: E402
@@ -64,7 +73,7 @@ from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.decoding.validation import job_scorer  # noqa: E402
 from pipeline.io.parallel import serial_map  # noqa: E402
 from pipeline.io.shards import read_split  # noqa: E402
-from pipeline.metrics.bootstrap import Bootstrap, exact_match_scores  # noqa: E402
+from pipeline.metrics.bootstrap import Bootstrap, ExampleScores, exact_match_scores  # noqa: E402
 from pipeline.runtime.device import compute_settings  # noqa: E402
 from pipeline.stages import vocab as vocab_stage  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
@@ -246,52 +255,64 @@ def first_epoch(curve: list[float], level: float) -> int | None:
     return next((epoch for epoch, value in enumerate(curve) if value >= level), None)
 
 
-def summarise(runs: list[dict], args: argparse.Namespace) -> list[dict]:
+def top1_scores(run: dict) -> ExampleScores:
+    """Test top-1 exact match per example of one run (a recorded run keeps only its ``correct`` flags)."""
+    if "nbests" in run:
+        return exact_match_scores(run["golds"], run["nbests"], 1)["top1"]
+    return ExampleScores("mean", np.array(run["correct"], dtype=float))
+
+
+def summarise(runs: list[dict], conditions: list[str], args: argparse.Namespace) -> list[dict]:
     """One row per (training size, mechanism, condition): exact match with its interval, tag shares,
-    times; and the paired difference features - pasted on the same bootstrap replicates."""
-    groups = runs[0]["lemmas"]
+    times; and, on the same bootstrap replicates, the paired difference of each condition but
+    ``pasted`` against ``pasted`` and against every condition after it."""
+    groups = next(r["lemmas"] for r in runs if "lemmas" in r)
     boot = Bootstrap(len(groups), groups=groups, resamples=args.resamples, seed=0)
     table = []
     for size in args.train_lemmas:
         for mechanism in args.mechanisms:
-            intervals = {}
-            for condition in CONDITIONS:
+            intervals, rows = {}, {}
+            for condition in conditions:
                 mine = [
                     r
                     for r in runs
                     if (r["train_lemmas"], r["mechanism"], r["condition"]) == (size, mechanism, condition)
                 ]
-                if any(r["lemmas"] != groups for r in mine):
+                if any(r.get("lemmas", groups) != groups or len(r["correct"]) != len(groups) for r in mine):
                     raise RuntimeError("the test rows differ between runs: the bootstrap would pair other examples")
-                scores = [exact_match_scores(r["golds"], r["nbests"], args.beam)["top1"] for r in mine]
+                scores = [top1_scores(r) for r in mine]
                 iv = intervals[condition] = boot.interval(scores)
                 outputs = len(groups) * len(mine)
-                table.append(
-                    {
-                        "train_lemmas": size,
-                        "train_examples": mine[0]["train_examples"],
-                        "epochs": mine[0]["epochs"],
-                        "mechanism": mechanism,
-                        "condition": condition,
-                        "seeds": [r["seed"] for r in mine],
-                        "exact_match": round(iv.mean, 2),
-                        "sd_over_seeds": None if iv.sd is None else round(iv.sd, 2),
-                        "ci95": [round(iv.low, 2), round(iv.high, 2)],
-                        "per_seed": [round(x.score(), 2) for x in scores],
-                        "tag_in_best_percent": round(100 * sum(sum(r["tag_in_best"]) for r in mine) / outputs, 2),
-                        "tag_in_nbest_percent": round(100 * sum(sum(r["tag_in_nbest"]) for r in mine) / outputs, 2),
-                        "train_seconds_mean": round(sum(r["train_seconds"] for r in mine) / len(mine), 1),
-                        "decode_seconds_mean": round(sum(r["decode_seconds"] for r in mine) / len(mine), 1),
-                        "chosen_epochs": [r["chosen_epoch"] for r in mine],
-                        "first_epoch_valid_95": [first_epoch(r["valid_curve"], 95.0) for r in mine],
+                rows[condition] = {
+                    "train_lemmas": size,
+                    "train_examples": mine[0]["train_examples"],
+                    "epochs": mine[0]["epochs"],
+                    "mechanism": mechanism,
+                    "condition": condition,
+                    "seeds": [r["seed"] for r in mine],
+                    "exact_match": round(iv.mean, 2),
+                    "sd_over_seeds": None if iv.sd is None else round(iv.sd, 2),
+                    "ci95": [round(iv.low, 2), round(iv.high, 2)],
+                    "per_seed": [round(x.score(), 2) for x in scores],
+                    "tag_in_best_percent": round(100 * sum(sum(r["tag_in_best"]) for r in mine) / outputs, 2),
+                    "tag_in_nbest_percent": round(100 * sum(sum(r["tag_in_nbest"]) for r in mine) / outputs, 2),
+                    "train_seconds_mean": round(sum(r["train_seconds"] for r in mine) / len(mine), 1),
+                    "decode_seconds_mean": round(sum(r["decode_seconds"] for r in mine) / len(mine), 1),
+                    "chosen_epochs": [r["chosen_epoch"] for r in mine],
+                    "first_epoch_valid_95": [first_epoch(r["valid_curve"], 95.0) for r in mine],
+                }
+                table.append(rows[condition])
+            for i, condition in enumerate(conditions):
+                others = [c for c in conditions[i + 1 :] if c != "pasted"]  # every pair once, pasted last
+                if condition != "pasted":
+                    others.append("pasted")
+                for other in others:
+                    diff = boot.paired(intervals[condition], intervals[other])
+                    rows[condition].setdefault("minus", {})[other] = {
+                        "difference": round(diff.difference, 2),
+                        "ci95": [round(diff.low, 2), round(diff.high, 2)],
+                        "p_value": round(diff.p_value, 4),
                     }
-                )
-            diff = boot.paired(intervals["features"], intervals["pasted"])
-            table[-2]["features_minus_pasted"] = {
-                "difference": round(diff.difference, 2),
-                "ci95": [round(diff.low, 2), round(diff.high, 2)],
-                "p_value": round(diff.p_value, 4),
-            }
     return table
 
 
@@ -302,16 +323,16 @@ def markdown(table: list[dict], n_test: int, n_lemmas: int, beam: int, resamples
     """The table of the experiment's page."""
     lines = [
         "| train examples (epochs) | mechanism | tags | test exact match [95% CI] | per seed "
-        f"| features - pasted [95% CI], p | outputs with a tag: best / any of {beam}-best "
+        f"| difference [95% CI], p | outputs with a tag: best / any of {beam}-best "
         "| first epoch valid >= 95, per seed | train s | test decode s |",
         "|---|---|---|---:|---|---:|---:|---|---:|---:|",
     ]
     for row in table:
-        diff = row.get("features_minus_pasted")
-        d = ""
-        if diff:  # p 0: no replicate crossed zero, p < 2 / resamples (two-sided)
+        parts = []
+        for other, diff in row.get("minus", {}).items():  # p 0: no replicate crossed zero, p < 2 / resamples
             p = f"p < {2 / resamples:.3f}" if diff["p_value"] == 0 else f"p {diff['p_value']:.3f}"
-            d = f"{diff['difference']:+.2f} [{diff['ci95'][0]:+.2f}, {diff['ci95'][1]:+.2f}], {p}"
+            parts.append(f"- {other}: {diff['difference']:+.2f} [{diff['ci95'][0]:+.2f}, {diff['ci95'][1]:+.2f}], {p}")
+        d = "<br>".join(parts)
         lines.append(
             f"| {row['train_examples']} ({row['epochs']}) | {NAMES.get(row['mechanism'], row['mechanism'])} | "
             f"{row['condition']} | {row['exact_match']:.2f} [{row['ci95'][0]:.2f}, {row['ci95'][1]:.2f}] | "
@@ -344,8 +365,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-len", type=int, default=20, help="longest output decoded (the longest target is 13)")
     p.add_argument("--resamples", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS), help="where the tags go")
+    p.add_argument(
+        "--recorded", type=Path, default=None, help="an earlier --json of this script whose runs join the table"
+    )
+    p.add_argument("--recorded-label", default="features, recorded", help="the name of its features runs")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.recorded_label in CONDITIONS:
+        p.error(f"--recorded-label must differ from {list(CONDITIONS)}, got {args.recorded_label!r}")
     for name in ("valid_lemmas", "test_lemmas", "beam", "threads", "resamples", "emb", "hidden", "batch_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -360,8 +388,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+SAME_ROWS = ("mechanisms", "seeds", "train_lemmas", "epochs", "valid_lemmas", "test_lemmas", "tags_per_lemma")
+SAME_ROWS += ("data_seed", "emb", "hidden", "batch_size", "lr", "beam", "max_len")  # what the figures depend on
+
+
+def recorded_runs(args: argparse.Namespace) -> list[dict]:
+    """The runs of ``--recorded`` for the conditions not run now, its ``features`` renamed ``--recorded-label``;
+    per-example flags back to booleans. Its settings must be this run's (the same rows and models)."""
+    if args.recorded is None:
+        return []
+    where = f"scripts/features_vs_tags.py: --recorded {args.recorded}"
+    try:
+        report = json.loads(args.recorded.read_text(encoding="utf-8"))
+        old = report["settings"]
+        runs = report["runs"]
+    except (OSError, ValueError, KeyError) as err:
+        raise SystemExit(f"error: {where}: not a JSON this script wrote ({err})") from None
+    differ = [k for k in SAME_ROWS if old.get(k) != getattr(args, k)]
+    if differ:
+        raise SystemExit(f"error: {where}: its settings differ from this run's in {', '.join(differ)}")
+    out = []
+    for run in runs:
+        if run["condition"] == "features":
+            run = {**run, "condition": args.recorded_label}
+        elif run["condition"] in args.conditions:
+            continue  # run again now
+        out.append({**run, **{k: [c == "1" for c in run[k]] for k in ("correct", "tag_in_best", "tag_in_nbest")}})
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    recorded = recorded_runs(args)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="features_vs_tags_") as tmp:
@@ -371,7 +429,7 @@ def main(argv=None) -> int:
         for size in args.train_lemmas:
             for mechanism in args.mechanisms:
                 for seed in args.seeds:
-                    for condition in CONDITIONS:
+                    for condition in args.conditions:
                         run = one_run(params_path, size, condition, mechanism, seed, args)
                         runs.append(run)
                         right = 100 * sum(run["correct"]) / len(run["correct"])
@@ -381,13 +439,17 @@ def main(argv=None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-    table = summarise(runs, args)
+    conditions = [
+        c for c in ("features", args.recorded_label, "pasted") if any(r["condition"] == c for r in runs + recorded)
+    ]
+    table = summarise(runs + recorded, conditions, args)
     n_test, n_lemmas = len(runs[0]["lemmas"]), len(set(runs[0]["lemmas"]))
     print(markdown(table, n_test, n_lemmas, args.beam, args.resamples))
     total_s = time.perf_counter() - started
     if args.json:
-        settings_out = {k: v for k, v in vars(args).items() if k != "json"}
+        settings_out = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "json"}
         per_run = [{k: v for k, v in r.items() if k not in {"golds", "nbests", "lemmas"}} for r in runs]
+        per_run += [dict(r) for r in recorded]
         for r in per_run:  # per-example booleans as a string of 0/1 in test row order: the JSON stays short
             for key in ("correct", "tag_in_best", "tag_in_nbest"):
                 r[key] = "".join("1" if x else "0" for x in r[key])

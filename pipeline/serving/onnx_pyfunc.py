@@ -44,6 +44,7 @@ from pipeline.serving.pyfunc_common import (
 )
 from pipeline.tracking.registry import register
 from pipeline.tracking.runs import tracking_uri
+from pipeline.vocab.tokenizer import RECORD
 
 ARTIFACT_NAME = "model_onnx"  # the logged model's name under the source model's run
 EXPORT_ARTIFACT = "export"  # the export directory, as the model's one artifact
@@ -63,11 +64,13 @@ REQUIREMENTS = (
     "sacremoses",
     "sentencepiece",
 )
+BACKBONE_REQUIREMENTS = ("transformers", "tokenizers")  # an export with a backbone's tokenizer loads it with these
 # The code the logged model carries: the torch-free path (pipeline/serving's onnx modules and what they
 # import; the packages are copied whole, their torch modules are never imported by it).
 SERVED_PACKAGES = (
     "models/__init__.py",
     "models/specials.py",
+    "models/backbone_ids.py",  # a backbone's special ids (pipeline.vocab.tokenizer)
     "pipeline/__init__.py",
     "pipeline/config",
     "pipeline/runtime",
@@ -195,13 +198,14 @@ def _log_onnx_model(run_id: str, export_dir: Path, input_example: Sequence[str] 
     _use_store()
     config = ServingConfig.from_dict(json.loads((export_dir / "serving.json").read_text(encoding="utf-8")))
     manifest = json.loads((export_dir / "manifest.json").read_text(encoding="utf-8"))
+    requirements = REQUIREMENTS + (BACKBONE_REQUIREMENTS if (export_dir / RECORD).is_file() else ())
     with tempfile.TemporaryDirectory(prefix="onnx-serving-") as tmp:
         kwargs = dict(
             name=ARTIFACT_NAME,
             python_model=str(MODEL_CODE),
             artifacts={EXPORT_ARTIFACT: str(export_dir)},
             code_paths=copy_packages(Path(tmp) / "code", SERVED_PACKAGES),
-            pip_requirements=[f"{n}=={importlib.metadata.version(n).split('+')[0]}" for n in REQUIREMENTS],
+            pip_requirements=[f"{n}=={importlib.metadata.version(n).split('+')[0]}" for n in requirements],
             signature=signature(config),
             input_example=pd.DataFrame({"text": list(input_example)}) if input_example else None,
             metadata={"runtime": RUNTIME, "source_sha256": manifest["source"]["sha256"]},

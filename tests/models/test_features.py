@@ -1,11 +1,14 @@
-"""Features: tags kept apart from the source condition the decoder's start (models/seq2seq.py,
-``Seq2Seq.encode_features``) and are never copied.
+"""Features: tags kept apart from the source condition the decoder, at its start and in its input at
+every step (models/seq2seq.py, ``Seq2Seq.encode_features``, ``decoder_input``), and are never copied.
 
 - Without features (``features_vocab`` 0) a model has exactly the parameters it had before features
   existed; with them, the same parameters with the same initial values, plus the features encoder.
 - With features, every mechanism on either decoder still gives distributions over the extended
   vocabulary, its two-phase teacher forcing still equals the stepwise one, beam search of a batch
-  equals beam search of each example alone, and changing only the features changes the output.
+  equals beam search of each example alone, and changing only the features changes the output: at
+  the first step, and at a later step with the decoder state held fixed (the every-step input).
+- The decoder input is x_t = [e(y_{t-1}) + W_f mean(tag embeddings) + b_f; extra], checked by hand.
+- A checkpoint of the earlier start-only conditioning is refused in one line naming the mismatch.
 - The key test: on a task whose output is the input reversed or copied as a tag says, CopyNet with
   features, trained and decoded through the pipeline's own files (tests.helpers.build_features_project),
   gets both tags right (a model blind to the tag could not), and no hypothesis of any n-best holds a tag.
@@ -66,7 +69,10 @@ def test_the_features_encoder_is_all_a_model_with_features_adds(name, i, variant
     plain, with_features = features_model(name, variant, 0), features_model(name, variant)
     before, after = plain.state_dict(), with_features.state_dict()
     assert not [k for k in before if "features" in k]  # features_vocab 0: no parameter of them
-    assert set(after) - set(before) == {"features_emb.weight", "features_proj.weight", "features_proj.bias"}
+    added = {"features_emb.weight", "features_in.weight", "features_in.bias"}  # W_f: every step's input
+    if with_features.cfg.decoder != "transformer":  # a recurrent decoder's s_0 reads them too
+        added |= {"features_start.weight", "features_start.bias"}
+    assert set(after) - set(before) == added
     assert all(torch.equal(before[k], after[k]) for k in before)  # drawn last: the rest starts the same
     assert with_features.features_emb.weight.shape == (FEATURES, with_features.cfg.emb)
 
@@ -92,7 +98,62 @@ def test_with_features_steps_are_distributions_and_the_features_change_them(name
 def test_with_features_two_phase_teacher_forcing_equals_stepwise(name, i, variant):
     model = features_model(name, variant)
     check_two_phase(model, features_batch(model), objective=True)
-    assert model.features_proj.weight.grad is not None  # the training objective reaches the features encoder
+    for key, param in model.named_parameters():  # the training objective reaches the whole features encoder
+        if key.startswith("features_"):
+            assert param.grad is not None and param.grad.abs().sum() > 0, key
+
+
+@pytest.mark.parametrize("name,i,variant", CASES, ids=IDS)
+def test_the_features_enter_every_decoder_step(name, i, variant):
+    """A later step, from the same decoder state, with only the every-step f swapped for other tags':
+    its distribution changes (start-only conditioning would give the same one)."""
+    model = features_model(name, variant).eval()
+    batch = features_batch(model)
+    with torch.no_grad():
+        other_f = model.encode(features_batch(model, OTHER_TAGS))["features"]  # (B, E)
+        state = model.encode(batch)
+        _, state = model.step(state, batch.tgt_in[:, 0])  # step 1 with the example's own tags
+        mine = model.step(state, batch.tgt_in[:, 1])[0]  # step 2: (B, V + X)
+        swapped = model.step({**state, "features": other_f}, batch.tgt_in[:, 1])[0]
+    for b in range(TAGS.size(0)):
+        assert not torch.allclose(mine[b], swapped[b], atol=1e-6), b
+
+
+@pytest.mark.parametrize("name,i,variant", CASES[:1] + [c for c in CASES if c[1] == "tf0"][:1], ids=["rnn", "tf"])
+def test_the_decoder_input_adds_the_projected_mean_tag_embedding(name, i, variant):
+    """x_t = [e(y_{t-1}) + W_f mean_k emb(tag_k) + b_f; extra] (eval mode: no dropout), by hand: the
+    mean skips <pad> and counts <unk>; at every t the same f."""
+    model = features_model(name, variant).eval()
+    batch = features_batch(model)
+    emb, w, bias = model.features_emb.weight, model.features_in.weight, model.features_in.bias
+    by_hand = (
+        torch.stack(
+            [(emb[4] + emb[5]) / 2, emb[6], (emb[5] + emb[UNK]) / 2]  # TAGS: [X, Y], [Z], [Y, <unk>]
+        )
+        @ w.T
+        + bias
+    )  # (B, E)
+    with torch.no_grad():
+        state = model.encode(batch)
+        assert torch.allclose(state["features"], by_hand, rtol=0, atol=1e-12)
+        for t in range(batch.tgt_in.size(1)):
+            prev = batch.tgt_in[:, t]
+            x_t = model.decoder_input(state, prev)  # (B, E + extra)
+            e = model.output.embed_input(state, prev, model.embed(prev))  # (B, E)
+            assert torch.allclose(x_t[:, : e.size(1)], e + by_hand, rtol=0, atol=1e-12), t
+
+
+def test_a_start_only_checkpoint_is_refused_in_one_line():
+    name, _, variant = CASES[0]
+    model = features_model(name, variant)
+    old = {k: v for k, v in model.state_dict().items() if not k.startswith(("features_in.", "features_start."))}
+    old["features_proj.weight"] = torch.zeros(model.encoder.out_dim, model.cfg.emb)  # the start-only projection
+    old["features_proj.bias"] = torch.zeros(model.encoder.out_dim)
+    with pytest.raises(RuntimeError) as err:
+        model.load_state_dict(old)
+    message = str(err.value)
+    assert "\n" not in message and "features_proj" in message and "features_in" in message
+    model.load_state_dict(features_model(name, variant, seed=4).state_dict())  # a current one loads
 
 
 @pytest.mark.parametrize("name", sorted({c[0] for c in CASES}))

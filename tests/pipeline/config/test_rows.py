@@ -12,7 +12,9 @@ from pipeline.config.params import load_params
 from pipeline.config.rows import row_params, settings_files, stage_params, write
 from pipeline.config.tasks import deep_merge, effective_params
 
+TRANSFORMER_ROWS = ["copynet_transformer", "pointer_generator_transformer"]  # declared; not in make repro's rows
 PARAMS = load_params()
+PARAMS["mechanisms"] = [*PARAMS["mechanisms"], *(r for r in TRANSFORMER_ROWS if r not in PARAMS["mechanisms"])]
 ROWS = PARAMS["mechanisms"]
 
 
