@@ -4,7 +4,8 @@ where its paper says so, its own encoder or decoder recurrence.
 One decoding step, for every mechanism:
   x_t = [e(y_{t-1}); extra(y_{t-1})]     e: the embedding, which an output layer may replace for
                                          copied words (Read-Again eq. 15); extra: e.g. CopyNet's
-                                         selective read zeta(y_{t-1}) (eq. 9)
+                                         selective read zeta(y_{t-1}) (eq. 9); with features, e + f
+                                         (see "Features" below)
   s_t, c_t, a_t = decoder(x_t, state)    Bahdanau: attend with s_{t-1}, then GRU (CopyNet eq. 2-3);
                                          Luong: LSTM, then attend with s_t (WEAN);
                                          ``model.decoder: transformer``: causal self-attention over
@@ -50,7 +51,8 @@ decoder input at every step: x_t = [e(y_{t-1}) + f; extra(y_{t-1})] (``decoder_i
 mechanism's own input embedding, so Read-Again's eq. 15 input p_i carries it too). Every recurrent
 decoder also starts from them: W_s mean is added to the encoder summary it makes
 s_0 = tanh(W summary) from; the transformer decoder has no initial state, its first input e(<s>) + f
-is its start. The source, the copy scores and the extended vocabulary never see them, so no
+is its start. Both: with either alone CopyNet learned less from 300 examples
+(docs/experiments/features/features_vs_tags.md). The source, the copy scores and the extended vocabulary never see them, so no
 mechanism can copy a tag. With ``features_vocab`` 0 no module, parameter or random draw is added and
 every computation is the one without features.
 """
@@ -367,7 +369,6 @@ class Seq2Seq(nn.Module):
     # State entries that depend on the source only: beam search never needs to reorder them,
     # because a beam's hypotheses always share their source.
     STATIC_KEYS = frozenset({"memory", "src_mask", "src_ext", "src_same", "n_ext", "features"})
-    features_at_start = True  # TEMPORARY measurement switch
 
     def __init__(
         self,
@@ -399,7 +400,7 @@ class Seq2Seq(nn.Module):
         # Features last: every other parameter draws the initial values it draws without them.
         if cfg.features_vocab:
             self.features_emb = nn.Embedding(cfg.features_vocab, cfg.emb, padding_idx=PAD)
-            if self.features_at_start and cfg.decoder != "transformer":  # the transformer has no s_0
+            if cfg.decoder != "transformer":  # the transformer decoder has no s_0: its start is e(<s>) + f
                 self.features_start = nn.Linear(cfg.emb, self.encoder.out_dim)  # W_s: the summary's width M
             self.features_in = nn.Linear(cfg.emb, self.tgt_emb.embedding_dim)  # W_f: every step's input, E
             self.register_load_state_dict_pre_hook(_refuse_start_only_features)

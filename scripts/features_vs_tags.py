@@ -259,7 +259,7 @@ def top1_scores(run: dict) -> ExampleScores:
     """Test top-1 exact match per example of one run (a recorded run keeps only its ``correct`` flags)."""
     if "nbests" in run:
         return exact_match_scores(run["golds"], run["nbests"], 1)["top1"]
-    return ExampleScores("mean", np.array(run["correct"], dtype=float))
+    return ExampleScores("mean", 100.0 * np.array(run["correct"], dtype=float))  # 0 or 100, as exact_match_scores
 
 
 def summarise(runs: list[dict], conditions: list[str], args: argparse.Namespace) -> list[dict]:
@@ -393,8 +393,9 @@ SAME_ROWS += ("data_seed", "emb", "hidden", "batch_size", "lr", "beam", "max_len
 
 
 def recorded_runs(args: argparse.Namespace) -> list[dict]:
-    """The runs of ``--recorded`` for the conditions not run now, its ``features`` renamed ``--recorded-label``;
-    per-example flags back to booleans. Its settings must be this run's (the same rows and models)."""
+    """The runs of ``--recorded`` for the conditions not run now, its ``features`` renamed ``--recorded-label``
+    (unless runs of that name are there already); per-example flags back to booleans. Its settings must
+    be this run's (the same rows and models)."""
     if args.recorded is None:
         return []
     where = f"scripts/features_vs_tags.py: --recorded {args.recorded}"
@@ -403,16 +404,20 @@ def recorded_runs(args: argparse.Namespace) -> list[dict]:
         old = report["settings"]
         runs = report["runs"]
     except (OSError, ValueError, KeyError) as err:
-        raise SystemExit(f"error: {where}: not a JSON this script wrote ({err})") from None
+        print(f"error: {where}: not a JSON this script wrote ({err})", file=sys.stderr)
+        raise SystemExit(2) from None
     differ = [k for k in SAME_ROWS if old.get(k) != getattr(args, k)]
     if differ:
-        raise SystemExit(f"error: {where}: its settings differ from this run's in {', '.join(differ)}")
+        print(f"error: {where}: its settings differ from this run's in {', '.join(differ)}", file=sys.stderr)
+        raise SystemExit(2)
+    # A JSON written with --recorded already holds runs under the label: its features runs are newer ones.
+    labelled = any(run["condition"] == args.recorded_label for run in runs)
     out = []
     for run in runs:
-        if run["condition"] == "features":
+        if run["condition"] == "features" and not labelled:
             run = {**run, "condition": args.recorded_label}
-        elif run["condition"] in args.conditions:
-            continue  # run again now
+        if run["condition"] in args.conditions or run["condition"] not in (args.recorded_label, *CONDITIONS):
+            continue  # run again now, or a label this run does not show
         out.append({**run, **{k: [c == "1" for c in run[k]] for k in ("correct", "tag_in_best", "tag_in_nbest")}})
     return out
 

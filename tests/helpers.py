@@ -675,3 +675,19 @@ def build_features_project(root: Path) -> Path:
     finally:
         torch.set_num_threads(threads)
     return root
+
+
+def tiny_backbones(root: Path, layers: int = 2) -> dict:
+    """kind -> (directory, its tokenizer as the vocab stage reads it): a tiny BART, T5 and Marian
+    (d_model 16, 2 heads, fresh weights) whose tokenizers learnt the toy copy task's text (120 pieces)."""
+    from benchmarks.toy import TOY_SEEN
+    from pipeline.vocab.tiny_backbone import KINDS, make_tiny_backbone
+    from pipeline.vocab.tokenizer import BackboneTokenizer
+
+    rng = random.Random(0)
+    texts = [" ".join(side) for _ in range(300) for side in toy_copy_example(rng, TOY_SEEN)]
+    out = {}
+    for kind in KINDS:
+        path = make_tiny_backbone(kind, texts, root / kind, d_model=16, layers=layers, heads=2, vocab_size=120)
+        out[kind] = (path, BackboneTokenizer.from_backbone(str(path)))
+    return out

@@ -49,7 +49,9 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 400, targ
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(list(texts), trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials))
+    tok.train_from_iterator(
+        list(texts), trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    )
     named = {"unk_token": "<unk>", "pad_token": "<pad>", "eos_token": "</s>"}
     if "<s>" in specials:
         named["bos_token"] = "<s>"

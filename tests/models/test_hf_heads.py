@@ -24,9 +24,9 @@ from pipeline.decoding.search import beam_search, greedy
 from pipeline.training.loop import nll_loss
 from pipeline.vocab.batching import collate
 from pipeline.vocab.extended import ext_ids_to_tokens
-from pipeline.vocab.tiny_backbone import KINDS, make_tiny_backbone
+from pipeline.vocab.tiny_backbone import KINDS
 from pipeline.vocab.tokenizer import BackboneTokenizer
-from tests.helpers import REPO
+from tests.helpers import REPO, tiny_backbones
 
 HEADS = ("backbone_pointer_generator", "backbone_copynet", "backbone_pointer_softmax")
 # "U" and "R" never occur in the tokenizers' text: their pieces are <unk>, the source's extended ids.
@@ -44,14 +44,7 @@ def quiet():
 @pytest.fixture(scope="module")
 def backbones(tmp_path_factory) -> dict:
     """kind -> (directory, its tokenizer as the vocab stage reads it)."""
-    root = tmp_path_factory.mktemp("hf_backbones")
-    rng = random.Random(0)
-    texts = [" ".join(side) for _ in range(300) for side in toy_copy_example(rng, TOY_SEEN)]
-    out = {}
-    for kind in KINDS:
-        path = make_tiny_backbone(kind, texts, root / kind, d_model=16, layers=2, heads=2, vocab_size=120)
-        out[kind] = (path, BackboneTokenizer.from_backbone(str(path)))
-    return out
+    return tiny_backbones(tmp_path_factory.mktemp("hf_backbones"))
 
 
 def pipeline_model(backbones, kind: str, head: str, seed: int = 0, **options):

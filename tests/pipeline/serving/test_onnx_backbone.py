@@ -10,7 +10,6 @@ CopyNet) run by default, the rest of the grid (every head on every backbone) is 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,6 @@ import pytest
 import torch
 import transformers
 
-from benchmarks.toy import TOY_SEEN, toy_copy_example
 from models.extended import NEG
 from models.registry import build_model, model_config
 from models.specials import BOS
@@ -28,12 +26,13 @@ from pipeline.serving.onnx_backbone import export_backbone_graphs
 from pipeline.serving.onnx_graphs import probe_batch, probe_inputs
 from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
 from pipeline.vocab.batching import collate
-from pipeline.vocab.tiny_backbone import KINDS, make_tiny_backbone
+from pipeline.vocab.tiny_backbone import KINDS
 from pipeline.vocab.tokenizer import BackboneTokenizer
+from tests.helpers import tiny_backbones
 from tests.pipeline.serving.test_hf_export import HEAD as HF_HEAD
 from tests.pipeline.serving.test_hf_export import row  # noqa: F401 - the fixture
 from tests.pipeline.serving.test_hf_export import sources as hf_sources
-from tests.pipeline.serving.test_onnx_export import TOLERANCE, assert_same_nbest
+from tests.pipeline.serving.test_onnx_export import TOLERANCE, assert_same_greedy, assert_same_nbest
 
 LAYERS = 2
 HEADS = {
@@ -61,14 +60,7 @@ def quiet():
 @pytest.fixture(scope="module")
 def backbones(tmp_path_factory) -> dict:
     """kind -> (directory, its tokenizer as the vocab stage reads it)."""
-    root = tmp_path_factory.mktemp("onnx_backbones")
-    rng = random.Random(0)
-    texts = [" ".join(side) for _ in range(300) for side in toy_copy_example(rng, TOY_SEEN)]
-    out = {}
-    for kind in KINDS:
-        path = make_tiny_backbone(kind, texts, root / kind, d_model=16, layers=LAYERS, heads=2, vocab_size=120)
-        out[kind] = (path, BackboneTokenizer.from_backbone(str(path)))
-    return out
+    return tiny_backbones(tmp_path_factory.mktemp("onnx_backbones"), layers=LAYERS)
 
 
 def write_manifest(out: Path, specs, tgt_vocab: int) -> None:
@@ -157,8 +149,7 @@ def test_greedy_and_beam_nbest_equal_pytorch(backbones, exported, kind, head) ->
     with torch.no_grad():
         want = greedy(model, batch, 10)
     got = onnx_search.greedy(onnx_model, inputs, n_ext, 10)
-    assert [h.ids for h in got] == [h.ids for h in want]
-    assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+    assert_same_greedy(want, got)
     with torch.no_grad():  # beam 4, max_len 10, min_len 2, length penalty 0.6, no repeated bigram
         want = beam_search(model, batch, 4, 10, 2, 0.6, 2)
     got = onnx_search.beam_search(onnx_model, inputs, n_ext, 4, 10, 2, 0.6, 2)

@@ -143,6 +143,12 @@ def assert_same_nbest(want: list, got: list) -> None:
         assert np.allclose([h.rank_score for h in g], [h.rank_score for h in w], atol=TOLERANCE, rtol=0), b
 
 
+def assert_same_greedy(want: list, got: list) -> None:
+    """Greedy outputs: the same ids, scores within TOLERANCE."""
+    assert [h.ids for h in got] == [h.ids for h in want]
+    assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+
+
 def both_batches(srcs: list[list[str]]):
     vocab = toy_copy_vocab()
     batch = collate(srcs, None, vocab, vocab)
@@ -173,8 +179,7 @@ def test_greedy_equals_pytorch(project, row) -> None:
         batch, inputs, n_ext = both_batches(srcs)
         want = greedy(torch_model(root, row), batch, 12)
         got = onnx_search.greedy(OnnxModel(exports[row], threads=1), inputs, n_ext, 12)
-        assert [h.ids for h in got] == [h.ids for h in want]
-        assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+        assert_same_greedy(want, got)
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from pipeline.serving import onnx_search
 from pipeline.serving.onnx_model import OnnxModel
 from tests.pipeline.serving.test_onnx_export import (
     TOLERANCE,
+    assert_same_greedy,
     assert_same_nbest,
     both_batches,
     export_rows,
@@ -48,8 +49,7 @@ def test_nbest_and_greedy_equal_pytorch(project, row) -> None:
     batch, inputs, n_ext = both_batches(sources())
     assert_same_nbest(beam_search(model, batch, 10, 12), onnx_search.beam_search(onnx_model, inputs, n_ext, 10, 12))
     want, got = greedy(model, batch, 12), onnx_search.greedy(onnx_model, inputs, n_ext, 12)
-    assert [h.ids for h in got] == [h.ids for h in want]
-    assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+    assert_same_greedy(want, got)
 
 
 def test_a_model_with_features_answers_as_pytorch(features_project, tmp_path) -> None:

@@ -24,7 +24,7 @@ from pipeline.serving.export import main as export_main
 from pipeline.serving.onnx_model import OnnxModel
 from tests.pipeline.serving.test_onnx_export import (
     TASK,
-    TOLERANCE,
+    assert_same_greedy,
     assert_same_nbest,
     both_batches,
     export_rows,
@@ -107,8 +107,7 @@ def test_greedy_and_beam_nbest_equal_pytorch(request, row) -> None:
     batch, inputs, n_ext = both_batches(read_again_sources())
     assert_same_nbest(beam_search(model, batch, 4, 12), onnx_search.beam_search(onnx_model, inputs, n_ext, 4, 12))
     want, got = greedy(model, batch, 12), onnx_search.greedy(onnx_model, inputs, n_ext, 12)
-    assert [h.ids for h in got] == [h.ids for h in want]
-    assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+    assert_same_greedy(want, got)
 
 
 def test_sentence_ends_outside_the_source_vocabulary_are_refused_in_one_line(tmp_path, capsys) -> None:

@@ -21,6 +21,7 @@ from tests.pipeline.serving.test_onnx_export import (
     PREPARE,
     TASK,
     TOLERANCE,
+    assert_same_greedy,
     assert_same_nbest,
     both_batches,
     export_rows,
@@ -59,8 +60,7 @@ def test_greedy_equals_pytorch(project, row) -> None:
     batch, inputs, n_ext = both_batches(sources(16, seed=2))
     want = greedy(torch_model(root, row), batch, 12)
     got = onnx_search.greedy(OnnxModel(exports[row], threads=1), inputs, n_ext, 12)
-    assert [h.ids for h in got] == [h.ids for h in want]
-    assert np.allclose([h.score for h in got], [h.score for h in want], atol=TOLERANCE, rtol=0)
+    assert_same_greedy(want, got)
 
 
 def test_the_cache_grows_by_one_position_a_step(project) -> None:
