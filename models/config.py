@@ -56,8 +56,9 @@ class ModelConfig:
     # run on one (models/backbone_heads.py); the others refuse it (models.registry.model_config).
     backbone: str | None = None
     # Size of the features vocabulary (tags kept apart from the source: prepare's ``features_col``);
-    # 0: no features, nothing of the model changes. Else their mean embedding conditions the decoder's
-    # initial state (models.seq2seq.Seq2Seq.encode_features); never copied: they are not in the source.
+    # 0: no features, nothing of the model changes. Else their mean embedding, projected, joins
+    # the decoder's input at every step and a recurrent decoder's initial state
+    # (models.seq2seq.Seq2Seq.encode_features, decoder_input); never copied: they are not in the source.
     features_vocab: int = 0
     options: dict = field(default_factory=dict)  # the mechanism's own settings (model.<mechanism>)
 
