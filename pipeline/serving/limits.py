@@ -25,7 +25,7 @@ from pipeline.config.checks import check_serving
 from pipeline.config.schema import ServingSettings, build
 from pipeline.config.validation import dataclass_from_dict
 from pipeline.data.corpora.raw_input import features_splitter, source_tokenizer
-from pipeline.decoding.outcomes import DecodeCancelled
+from pipeline.decoding.outcomes import DecodeCancelled, DecodeTimeout
 from pipeline.decoding.settings import EvalConfig
 from pipeline.io.files import sha256_tree
 from pipeline.vocab.vocabulary import Vocab
@@ -130,6 +130,23 @@ class InputRejected(ValueError):
 
 class ServerBusy(RuntimeError):
     """No decoding slot (``max_concurrent``) came free before the request's deadline (HTTP 503)."""
+
+
+def refusal_message(err: Exception, timeout_s: float) -> str | None:
+    """What the client of a refused or interrupted request is told (the HTTP error body, or ``predict``'s
+    error line); None for any other error."""
+    if isinstance(err, InputRejected):
+        return f"request refused: {err}"
+    if isinstance(err, DecodeTimeout):
+        return (
+            f"decoding stopped: the request took longer than its {timeout_s:g} s deadline "
+            "(serving.request_timeout_s); send fewer or shorter texts, or a smaller beam_size or max_len"
+        )
+    if isinstance(err, DecodeCancelled):
+        return "decoding stopped: the server is shutting down; retry the request"
+    if isinstance(err, ServerBusy):
+        return str(err)
+    return None
 
 
 def verify_files(config: ServingConfig, paths: Sequence[str | Path]) -> None:

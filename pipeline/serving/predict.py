@@ -28,9 +28,9 @@ in chunks of ``max_inputs``, each within ``request_timeout_s``. A line whose sou
 outside the vocabulary is decoded, with ``copyseq-predict: warning: line N: ...`` on stderr.
 
 ``--runtime onnx`` decodes with an exported model (``copyseq export``, docs/export.md) on onnxruntime
-and numpy, in a process that never imports torch: ``--model`` is then the export directory or the
-URI of a registered ONNX model (``models:/<task>_onnx@champion``); its outputs equal the PyTorch
-model's. ``--runtime torch`` (the default) is the PyTorch predictor.
+and numpy, in a process that never imports torch: ``--model`` is then the export directory (read
+without MLflow or pandas either) or the URI of a registered ONNX model (``models:/<task>_onnx@champion``);
+its outputs equal the PyTorch model's. ``--runtime torch`` (the default) is the PyTorch predictor.
 """
 
 from __future__ import annotations
@@ -38,14 +38,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO, TextIO
-
-import mlflow
-import pandas as pd
-from mlflow.exceptions import MlflowException
 
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import project_root
@@ -54,8 +51,7 @@ from pipeline.config.tasks import effective_params
 from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.io.files import atomic_path
-from pipeline.serving.limits import InputRejected, ServingConfig
-from pipeline.serving.onnx_model import MANIFEST
+from pipeline.serving.limits import InputRejected, ServingConfig, refusal_message
 from pipeline.tracking.runs import tracking_uri
 
 PROG = "copyseq-predict"
@@ -64,6 +60,7 @@ PROG = "copyseq-predict"
 # onnx runtime must never load it. Each gives ``local_model``.
 RUNTIMES = {"torch": "pipeline.serving.pyfunc", "onnx": "pipeline.serving.onnx_pyfunc"}
 DEVICE_CHECK = "pipeline.runtime.device"  # the torch runtime's device check (imports torch)
+EXPORT_MANIFEST = "manifest.json"  # an export directory's (pipeline.serving.onnx_model.MANIFEST)
 
 
 def runtime_module(name: str) -> ModuleType:
@@ -72,6 +69,61 @@ def runtime_module(name: str) -> ModuleType:
 
 class PredictError(Exception):
     """A user error reported as one line on stderr with exit code 2 (no traceback)."""
+
+
+class Refused(Exception):
+    """A chunk of lines the model refused or stopped decoding: ``message``, and the offending line's
+    row in the chunk when one is to blame."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.message, self.row = message, row
+
+
+class ExportDirectory:
+    """``--runtime onnx --model DIR``: the export decoded by
+    :class:`pipeline.serving.onnx_predictor.OnnxPredictor` itself, as the pyfunc model would (the same
+    checks, deadline and rows), in a process that imports neither MLflow nor pandas: their imports were
+    most of its cold start (bench_export, benchmarks/README.md)."""
+
+    def __init__(self, export_dir: str | Path, threads: int | None = None) -> None:
+        onnx_predictor = importlib.import_module("pipeline.serving.onnx_predictor")  # onnxruntime: this runtime only
+        self.predictor = onnx_predictor.OnnxPredictor(export_dir, threads=threads)
+
+    def rows(self, data: dict, params: dict) -> list[dict]:
+        timeout = float(self.predictor.config.request_timeout_s)
+        try:
+            return self.predictor.predict(
+                data["text"],
+                params.get("beam_size"),
+                params.get("max_len"),
+                deadline=time.monotonic() + timeout,
+                pretokenized=params.get("pretokenized"),
+                features=data.get("features"),
+            )
+        except Exception as err:
+            message = refusal_message(err, timeout)
+            if message is None:
+                raise
+            if isinstance(err, InputRejected) and err.index is not None:  # the line replaces the row number
+                raise Refused(err.reason, err.index) from err
+            raise Refused(message) from err
+
+
+def pyfunc_rows(model, data: dict, params: dict) -> list[dict]:
+    """The rows of a pyfunc model's answer (a local or a loaded one) to ``data``; its refusal as
+    :class:`Refused`."""
+    import pandas as pd  # only a pyfunc model needs pandas and MLflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        frame = model.predict(pd.DataFrame(data), params=params or None)
+    except MlflowException as exc:
+        row = getattr(exc, "index", None)
+        # a row to blame: the reason without the request's row number (the line replaces it)
+        message = getattr(exc.__cause__, "reason", exc.message) if row is not None else exc.message
+        raise Refused(message, row) from None
+    return frame.to_dict("records")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -174,15 +226,23 @@ def checkpoint_model(args: argparse.Namespace, runtime: ModuleType):
     return runtime.local_model(args.checkpoint, vocab, config, subword)
 
 
-def registered_model(uri: str, runtime: ModuleType, threads: int | None = None):
-    """The model at ``uri``: an MLflow model URI, or for the onnx runtime an export directory too."""
-    if runtime.__name__ == RUNTIMES["onnx"]:
-        if (Path(uri) / MANIFEST).is_file():
-            return runtime.local_model(uri, threads)
-        return runtime.load_model(uri)  # refuses a PyTorch model (it would load torch)
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_registry_uri(tracking_uri())
-    return mlflow.pyfunc.load_model(uri)
+def registered_model(uri: str, runtime: str, threads: int | None = None):
+    """The model at ``uri`` for ``runtime`` (``torch`` | ``onnx``): an MLflow model URI, or for the onnx
+    runtime an export directory too (:class:`ExportDirectory`). A store's refusal (no such model, a store
+    that cannot be read) is a PredictError."""
+    if runtime == "onnx" and (Path(uri) / EXPORT_MANIFEST).is_file():
+        return ExportDirectory(uri, threads)
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if runtime == "onnx":
+            return runtime_module(runtime).load_model(uri)  # refuses a PyTorch model (it would load torch)
+        mlflow.set_tracking_uri(tracking_uri())
+        mlflow.set_registry_uri(tracking_uri())
+        return mlflow.pyfunc.load_model(uri)
+    except MlflowException as err:
+        raise PredictError(err.message) from None
 
 
 def marked(tokens: list[str], copied: list[str], output: str) -> str:
@@ -197,11 +257,11 @@ def marked(tokens: list[str], copied: list[str], output: str) -> str:
     )
 
 
-def format_rows(frame: pd.DataFrame, show_copies: bool) -> list[str]:
+def format_rows(rows: Sequence[dict], show_copies: bool) -> list[str]:
     lines = []
-    for output, copied, tokens in zip(frame["output"], frame["copied"], frame["tokens"]):
-        copied, tokens = list(copied), list(tokens)
-        lines.append(f"{marked(tokens, copied, output)}\t{' '.join(copied)}" if show_copies else output)
+    for row in rows:
+        copied, tokens = list(row["copied"]), list(row["tokens"])
+        lines.append(f"{marked(tokens, copied, row['output'])}\t{' '.join(copied)}" if show_copies else row["output"])
     return lines
 
 
@@ -233,6 +293,8 @@ def read_lines(inp: BinaryIO | TextIO) -> list[str]:
 def predictor_of(model):
     """The :class:`pipeline.serving.predictor.Predictor` inside a local or a loaded pyfunc model; None
     for a model logged before the serving limits existed (its own code checks nothing up front)."""
+    if isinstance(model, ExportDirectory):
+        return model.predictor
     python_model = getattr(model, "python_model", None)
     if python_model is None and hasattr(model, "unwrap_python_model"):
         python_model = model.unwrap_python_model()
@@ -283,10 +345,10 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     """Decode every line of ``inp`` into ``out``; warnings to ``err`` (stderr). Returns the line count."""
     err = err or sys.stderr
     texts = read_lines(inp)
-    runtime = runtime_module(getattr(args, "runtime", "torch"))
+    runtime = getattr(args, "runtime", "torch")
     try:
         if args.checkpoint:
-            model = checkpoint_model(args, runtime)
+            model = checkpoint_model(args, runtime_module(runtime))
         else:
             model = registered_model(args.model, runtime, getattr(args, "threads", None))
     except KeyError as exc:  # params without the task's settings
@@ -308,22 +370,18 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
         params["pretokenized"] = True
     lines = []
     for start, stop in chunks(len(texts), size):
+        data = {"text": texts[start:stop], **({"features": features[start:stop]} if features else {})}
         try:
-            data = {"text": texts[start:stop], **({"features": features[start:stop]} if features else {})}
-            frame = model.predict(pd.DataFrame(data), params=params or None)
-        except MlflowException as exc:
+            rows = model.rows(data, params) if isinstance(model, ExportDirectory) else pyfunc_rows(model, data, params)
+        except Refused as exc:
             where = f"line {start + 1}" if stop - start == 1 else f"lines {start + 1}-{stop}"
-            row = getattr(exc, "index", None)
-            if row is not None:  # the reason without the request's row number (the line replaces it)
-                where, message = f"line {start + row + 1}", getattr(exc.__cause__, "reason", exc.message)
-            else:
-                message = exc.message
-            raise PredictError(f"{where}: {message}") from None
-        if "warning" in frame.columns:
-            for i, warning in enumerate(frame["warning"]):
-                if warning:
-                    print(f"{PROG}: warning: line {start + i + 1}: {warning}", file=err)
-        lines += format_rows(frame, args.show_copies)
+            if exc.row is not None:
+                where = f"line {start + exc.row + 1}"
+            raise PredictError(f"{where}: {exc.message}") from None
+        for i, row in enumerate(rows):
+            if row.get("warning"):
+                print(f"{PROG}: warning: line {start + i + 1}: {row['warning']}", file=err)
+        lines += format_rows(rows, args.show_copies)
     for line in lines:
         out.write(line.replace("\n", " ") + "\n")
     return len(texts)
@@ -349,8 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 inp.close()
     except (PredictError, SettingsError, OSError) as err:
         return fail(str(err))
-    except MlflowException as err:  # a registered model that does not exist, a store that cannot be read
-        return fail(err.message)
     return 0
 
 

@@ -22,7 +22,7 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config.params import REPO_ROOT
 from pipeline.decoding.outcomes import DecodeCancelled, DecodeTimeout
-from pipeline.serving.limits import InputRejected, ServerBusy, ServingConfig
+from pipeline.serving.limits import InputRejected, ServerBusy, ServingConfig, refusal_message
 
 
 def input_texts(model_input: Any) -> list[str]:
@@ -84,21 +84,14 @@ def serving_exception(err: Exception, timeout_s: float) -> ServingException | No
         TEMPORARILY_UNAVAILABLE,
     )
 
+    message = refusal_message(err, timeout_s)
+    if message is None:
+        return None
     if isinstance(err, InputRejected):
-        return ServingException(f"request refused: {err}", INVALID_PARAMETER_VALUE, err.index)
+        return ServingException(message, INVALID_PARAMETER_VALUE, err.index)
     if isinstance(err, DecodeTimeout):
-        return ServingException(
-            f"decoding stopped: the request took longer than its {timeout_s:g} s deadline "
-            "(serving.request_timeout_s); send fewer or shorter texts, or a smaller beam_size or max_len",
-            DEADLINE_EXCEEDED,
-        )
-    if isinstance(err, DecodeCancelled):
-        return ServingException(
-            "decoding stopped: the server is shutting down; retry the request", TEMPORARILY_UNAVAILABLE
-        )
-    if isinstance(err, ServerBusy):
-        return ServingException(str(err), TEMPORARILY_UNAVAILABLE)
-    return None
+        return ServingException(message, DEADLINE_EXCEEDED)
+    return ServingException(message, TEMPORARILY_UNAVAILABLE)  # shutting down, or busy
 
 
 def server_timeout_s() -> float | None:

@@ -159,29 +159,40 @@ def test_greedy_and_beam_nbest_equal_pytorch(backbones, exported, kind, head) ->
     assert all(len(hyps) == 4 for hyps in got)
 
 
-def test_copyseq_export_of_a_backbone_row_answers_as_the_pytorch_predictor(row, tmp_path):  # noqa: F811
+@pytest.fixture(scope="module")
+def row_export(row, tmp_path_factory):  # noqa: F811
+    """``copyseq export CHECKPOINT --out DIR`` of the trained backbone row: (checkpoint, vocabulary
+    directory, export directory, its ServingConfig)."""
+    from pipeline.serving.export import main as export_main
+    from pipeline.serving.predictor import ServingConfig
+
+    checkpoint, vocab_dir = row
+    root = tmp_path_factory.mktemp("backbone_export")
+    params = root / "params.yaml"
+    evaluate = {"beam_size": 4, "max_len": 16}
+    settings = {"tasks": {"toy": "data"}, "mechanisms": [HF_HEAD], "prepare": {"toy": {"reader": "copynet_rules"}}}
+    params.write_text(json.dumps({**settings, "evaluate": evaluate}), encoding="utf-8")  # JSON is YAML
+    out = root / "onnx"
+    args = [str(checkpoint), "--out", str(out), "--params", str(params), "--vocab", str(vocab_dir)]
+    assert export_main(args) == 0
+    config = ServingConfig(task="toy", mechanism=HF_HEAD, prepare={"reader": "copynet_rules"}, beam_size=4, max_len=16)
+    return checkpoint, vocab_dir, out, config
+
+
+def test_copyseq_export_of_a_backbone_row_answers_as_the_pytorch_predictor(row_export):
     """``copyseq export CHECKPOINT --out DIR`` of a CopyNet row on a tiny BART (trained, 10% of its fillers
     outside the tokenizer's vocabulary): the folder holds the tokenizer, its own check passed, and
     OnnxPredictor gives the PyTorch Predictor's texts, pieces, warnings and scores (within 1e-4) on
     sources with unseen words. ``copied`` lists the copied pieces outside the vocabulary, a subset of
     the PyTorch predictor's (which also lists known pieces mostly copied)."""
-    from pipeline.serving.export import main as export_main
     from pipeline.serving.onnx_predictor import OnnxPredictor
-    from pipeline.serving.predictor import Predictor, ServingConfig
+    from pipeline.serving.predictor import Predictor
     from pipeline.vocab.tokenizer import RECORD, TOKENIZER_DIR
 
-    checkpoint, vocab_dir = row
-    params = tmp_path / "params.yaml"
-    evaluate = {"beam_size": 4, "max_len": 16}
-    settings = {"tasks": {"toy": "data"}, "mechanisms": [HF_HEAD], "prepare": {"toy": {"reader": "copynet_rules"}}}
-    params.write_text(json.dumps({**settings, "evaluate": evaluate}), encoding="utf-8")  # JSON is YAML
-    out = tmp_path / "onnx"
-    args = [str(checkpoint), "--out", str(out), "--params", str(params), "--vocab", str(vocab_dir)]
-    assert export_main(args) == 0
+    checkpoint, vocab_dir, out, config = row_export
     assert (out / RECORD).is_file() and (out / TOKENIZER_DIR).is_dir()
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     assert manifest["check"]["max_abs_log_prob_diff"] <= 1e-3
-    config = ServingConfig(task="toy", mechanism=HF_HEAD, prepare={"reader": "copynet_rules"}, beam_size=4, max_len=16)
     torch_side = Predictor(
         checkpoint / "model.pt", vocab_dir / "src.vocab", vocab_dir / "tgt.vocab", config, backbone_tokenizer=vocab_dir
     )
@@ -194,3 +205,46 @@ def test_copyseq_export_of_a_backbone_row_answers_as_the_pytorch_predictor(row, 
         assert abs(g["score"] - w["score"]) <= TOLERANCE if w["output"] else g["score"] == w["score"]
         assert set(g["copied"]) <= set(w["copied"])
     assert any(g["warning"] for g in got)  # the all-unseen source is warned about on both sides
+
+
+def test_a_logged_backbone_export_loads_and_answers_where_torch_cannot_be_imported(row_export, tmp_path, monkeypatch):
+    """The backbone row's export logged as MLflow's pyfunc model (what ``copyseq export --model URI --log``
+    logs) pins the tokenizer's packages and carries the code the tokenizer reads, and
+    ``mlflow.pyfunc.load_model`` of it, in a process where ``import torch`` fails, answers as
+    OnnxPredictor does on the export directory."""
+    import mlflow
+
+    from pipeline.serving.onnx_predictor import OnnxPredictor
+    from pipeline.serving.onnx_pyfunc import log_onnx_model
+    from tests.pipeline.serving.test_onnx_export import run_without_torch
+
+    _, _, out, _ = row_export
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    try:
+        mlflow.set_experiment("toy")
+        with mlflow.start_run() as run:
+            pass
+        texts = [*hf_sources(4), "", "WZUW ZW"]
+        uri = log_onnx_model(run.info.run_id, out, texts[:1])
+        requirements = Path(mlflow.pyfunc.get_model_dependencies(uri)).read_text(encoding="utf-8").split()
+        names = {line.split("==")[0] for line in requirements}
+        assert {"onnxruntime", "transformers", "tokenizers"} <= names and "torch" not in names
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(tmp_path / "logged")))
+        assert (local / "code" / "models" / "backbone_ids.py").is_file()
+        code = (
+            "import json, sys, mlflow, pandas\n"
+            f"model = mlflow.pyfunc.load_model({uri!r})\n"
+            f"print(json.dumps(model.predict(pandas.DataFrame({{'text': {texts!r}}}))[['output', 'warning']]"
+            ".to_dict('records')))\n"
+            "assert 'torch' not in sys.modules\n"
+        )
+        proc = run_without_torch(tmp_path, ["-c", code])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        want = [{"output": r["output"], "warning": r["warning"]} for r in OnnxPredictor(out, threads=1).predict(texts)]
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == want
+        assert any(w["output"] for w in want) and any(w["warning"] for w in want)  # not vacuous
+    finally:
+        mlflow.set_tracking_uri(previous)
