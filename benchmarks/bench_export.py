@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in starts:
-        cells = [f"{r['torch'][i]:.2f} | {r['onnx'][i]:.2f} ({r['onnx'][i] / r['torch'][i]:.2f})" for i in (0,)]
+        cells = [f"{r['torch'][0]:.2f} | {r['onnx'][0]:.2f} ({r['onnx'][0] / r['torch'][0]:.2f})"]
         cells += [f"{r['torch'][i]:.0f} | {r['onnx'][i]:.0f} ({r['onnx'][i] / r['torch'][i]:.2f})" for i in (1, 2)]
         print(
             f"| {r['mechanism']} | {r['vocab']} | {r['export_s']:.1f} | {r['onnx_mb']:.1f} | "

@@ -110,20 +110,25 @@ class ExportDirectory:
             raise Refused(message) from err
 
 
-def pyfunc_rows(model, data: dict, params: dict) -> list[dict]:
-    """The rows of a pyfunc model's answer (a local or a loaded one) to ``data``; its refusal as
-    :class:`Refused`."""
-    import pandas as pd  # only a pyfunc model needs pandas and MLflow
-    from mlflow.exceptions import MlflowException
+class PyfuncModel:
+    """A local or a loaded pyfunc model (either runtime's), answering in rows as :class:`ExportDirectory`."""
 
-    try:
-        frame = model.predict(pd.DataFrame(data), params=params or None)
-    except MlflowException as exc:
-        row = getattr(exc, "index", None)
-        # a row to blame: the reason without the request's row number (the line replaces it)
-        message = getattr(exc.__cause__, "reason", exc.message) if row is not None else exc.message
-        raise Refused(message, row) from None
-    return frame.to_dict("records")
+    def __init__(self, model) -> None:
+        self.model = model
+        self.predictor = predictor_of(model)
+
+    def rows(self, data: dict, params: dict) -> list[dict]:
+        import pandas as pd  # only a pyfunc model needs pandas and MLflow
+        from mlflow.exceptions import MlflowException
+
+        try:
+            frame = self.model.predict(pd.DataFrame(data), params=params or None)
+        except MlflowException as exc:
+            row = getattr(exc, "index", None)
+            # a row to blame: the reason without the request's row number (the line replaces it)
+            message = getattr(exc.__cause__, "reason", exc.message) if row is not None else exc.message
+            raise Refused(message, row) from None
+        return frame.to_dict("records")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -212,7 +217,7 @@ def checkpoint_settings(
     return vocab_dir, config, subword if prepare.get("subword") else None
 
 
-def checkpoint_model(args: argparse.Namespace, runtime: ModuleType):
+def checkpoint_model(args: argparse.Namespace, runtime: ModuleType) -> PyfuncModel:
     """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
     vocab, config, subword = checkpoint_settings(
         args.checkpoint,
@@ -223,10 +228,10 @@ def checkpoint_model(args: argparse.Namespace, runtime: ModuleType):
         device=args.device,
         pretokenized=args.pretokenized,
     )
-    return runtime.local_model(args.checkpoint, vocab, config, subword)
+    return PyfuncModel(runtime.local_model(args.checkpoint, vocab, config, subword))
 
 
-def registered_model(uri: str, runtime: str, threads: int | None = None):
+def registered_model(uri: str, runtime: str, threads: int | None = None) -> PyfuncModel | ExportDirectory:
     """The model at ``uri`` for ``runtime`` (``torch`` | ``onnx``): an MLflow model URI, or for the onnx
     runtime an export directory too (:class:`ExportDirectory`). A store's refusal (no such model, a store
     that cannot be read) is a PredictError."""
@@ -237,10 +242,10 @@ def registered_model(uri: str, runtime: str, threads: int | None = None):
 
     try:
         if runtime == "onnx":
-            return runtime_module(runtime).load_model(uri)  # refuses a PyTorch model (it would load torch)
+            return PyfuncModel(runtime_module(runtime).load_model(uri))  # refuses a PyTorch model (it would load torch)
         mlflow.set_tracking_uri(tracking_uri())
         mlflow.set_registry_uri(tracking_uri())
-        return mlflow.pyfunc.load_model(uri)
+        return PyfuncModel(mlflow.pyfunc.load_model(uri))
     except MlflowException as err:
         raise PredictError(err.message) from None
 
@@ -293,8 +298,6 @@ def read_lines(inp: BinaryIO | TextIO) -> list[str]:
 def predictor_of(model):
     """The :class:`pipeline.serving.predictor.Predictor` inside a local or a loaded pyfunc model; None
     for a model logged before the serving limits existed (its own code checks nothing up front)."""
-    if isinstance(model, ExportDirectory):
-        return model.predictor
     python_model = getattr(model, "python_model", None)
     if python_model is None and hasattr(model, "unwrap_python_model"):
         python_model = model.unwrap_python_model()
@@ -357,7 +360,7 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
         raise PredictError(str(exc)) from None
     if not texts:
         return 0
-    predictor = predictor_of(model)
+    predictor = model.predictor
     size, features = len(texts), None
     if getattr(predictor, "features_vocab", None) is not None:  # a model with features: text<TAB>features
         texts, features = features_fields(texts)
@@ -372,7 +375,7 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     for start, stop in chunks(len(texts), size):
         data = {"text": texts[start:stop], **({"features": features[start:stop]} if features else {})}
         try:
-            rows = model.rows(data, params) if isinstance(model, ExportDirectory) else pyfunc_rows(model, data, params)
+            rows = model.rows(data, params)
         except Refused as exc:
             where = f"line {start + 1}" if stop - start == 1 else f"lines {start + 1}-{stop}"
             if exc.row is not None:
