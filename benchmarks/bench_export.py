@@ -217,9 +217,9 @@ def peak_rss_mb(pid: int) -> float | None:
     return None if kb is None else int(kb) / 1024
 
 
-def cold_start(command: list[str], text: str, threads: int) -> tuple[float, float]:
+def cold_start(command: list[str], text: str, threads: int) -> tuple[float, float, str]:
     """(seconds from the process's start to its first output line, its peak RSS in MB: VmHWM read
-    every 10 ms until it exits)."""
+    every 10 ms until it exits, its whole output)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -238,14 +238,14 @@ def cold_start(command: list[str], text: str, threads: int) -> tuple[float, floa
     watcher.start()
     proc.stdin.write(text + "\n")
     proc.stdin.close()  # predict reads every line before it decodes any
-    proc.stdout.readline()  # written once every line is decoded
+    output = proc.stdout.readline()  # written once every line is decoded
     first = time.perf_counter() - start
-    proc.stdout.read()
+    output += proc.stdout.read()
     proc.wait()
     watcher.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {proc.returncode}")
-    return first, peak[0]
+    return first, peak[0], output
 
 
 def cold_starts(row: Row, root: Path, export: Path, args) -> dict:
@@ -275,8 +275,8 @@ def cold_starts(row: Row, root: Path, export: Path, args) -> dict:
     }
     out = {}
     for runtime, command in commands.items():
-        first, loaded = cold_start(command, one, 1)
-        _, rss = cold_start(command, many, 1)
+        first, loaded, _ = cold_start(command, one, 1)
+        _, rss, _ = cold_start(command, many, 1)
         out[runtime] = (first, loaded, rss)
     return out
 
