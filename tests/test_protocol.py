@@ -5,6 +5,7 @@ figures, the champion) stays exactly what it was, while the test figures move.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pyarrow as pa
@@ -51,7 +52,7 @@ def _choices(root) -> dict:
     return out
 
 
-def test_poisoned_test_references_change_no_choice(tiny_project):
+def test_poisoned_test_references_change_no_choice(tiny_project, monkeypatch):
     from pipeline.data.prepare import prepare_job, write_job
     from pipeline.stages import compare, evaluate, train
     from pipeline.stages.vocab import run as vocab_run
@@ -84,12 +85,34 @@ def test_poisoned_test_references_change_no_choice(tiny_project):
     assert runs["copynet seed 3"]["metrics.test.top1"] == pytest.approx(seeds["3"]["top1"])
     cell = json.loads(TaskPaths(TASK, tiny_project).intervals(TASK).read_text())["test"]["cells"]["top1"]["copynet"]
     assert cell["seeds"] == 2 and cell["mean"] == pytest.approx((seeds["2"]["top1"] + seeds["3"]["top1"]) / 2)
+    # the row registers its best seed by validation top-1 (the earlier on a tie): its model file and figures
+    valid = clean_metrics["valid"]["seeds"]
+    best = "3" if valid["3"]["top1"] > valid["2"]["top1"] else "2"
+    version = max(mlflow.MlflowClient().search_model_versions(f"name='{TASK}'"), key=lambda v: int(v.version))
+    assert version.tags["mechanism"] == "copynet" and version.tags["seed"] == best
+    assert float(version.tags["metric.valid.top1"]) == pytest.approx(valid[best]["top1"])
+    assert float(version.tags["metric.test.top1"]) == pytest.approx(seeds[best]["top1"])
+    ckpt = TaskPaths(TASK, tiny_project).checkpoints("copynet")
+    chosen = ckpt / "model.pt" if best == "2" else ckpt / "seeds" / best / "model.pt"
+    assert version.tags["sha256.model.pt"] == hashlib.sha256(chosen.read_bytes()).hexdigest()
     for split in ("test", "test_unseen"):
         _poison(TaskPaths(TASK, tiny_project).split(split))
     poisoned_metrics = pipeline()
     assert _choices(tiny_project) == clean
     assert poisoned_metrics["test"]["top10"] != clean_metrics["test"]["top10"] or clean_metrics["test"]["top10"] == 0
     assert poisoned_metrics["test"]["top1"] == 0.0  # no row's output is another row's target
+
+    # a later seed that wins on validation is the one registered: its model file and its own figures
+    # (here every seed scores 0 on validation, so the choice is forced to the second seed)
+    monkeypatch.setattr(evaluate, "registered_seed", lambda *_: "3")
+    evaluate.run(TASK, "copynet", path)
+    seed3 = {s: m["seeds"]["3"] for s, m in poisoned_metrics.items() if isinstance(m, dict) and "seeds" in m}
+    version = max(mlflow.MlflowClient().search_model_versions(f"name='{TASK}'"), key=lambda v: int(v.version))
+    assert version.tags["seed"] == "3"
+    assert version.tags["sha256.model.pt"] == hashlib.sha256((ckpt / "seeds/3/model.pt").read_bytes()).hexdigest()
+    assert {k: float(v) for k, v in version.tags.items() if k.startswith("metric.")} == {
+        f"metric.{s}.{k}": pytest.approx(float(v)) for s, m in seed3.items() for k, v in m.items()
+    }
 
     # one seed again: the second seed's checkpoint (a persistent output) goes, and is no longer evaluated
     params["train"]["seeds"] = 1

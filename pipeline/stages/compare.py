@@ -57,9 +57,11 @@ def plot_csv(rows: dict[str, dict], columns: list[str], display: dict[str, str],
     return buf.getvalue()
 
 
-def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[str | None, str]:
-    """Move ``champion`` to the best registered version by the task's metric among those scored on
-    the current test data (versions scored on other data are not comparable); a line for the page."""
+def choose_champion(paths: TaskPaths, params: dict, manifests: dict, metrics: dict) -> tuple[str | None, str]:
+    """Move ``champion`` to the best registered version by the task's metric (on validation) among
+    those scored on the current validation data (versions scored on other data are not comparable);
+    a line for the page. A row trained with several seeds (``train.seeds``; ``metrics``: the rows'
+    metrics.json) registered its best seed by that metric, and the line names it."""
     prefix = TrackingConfig.from_params(params).registry_prefix
     split, key, higher = selection_metric(params, paths.task)
     same_data = {f"data.{split}.content_sha256": manifests[split]["content_sha256"]} if split in manifests else None
@@ -68,9 +70,12 @@ def choose_champion(paths: TaskPaths, params: dict, manifests: dict) -> tuple[st
         return None, ""
     # The page names the champion's mechanism, not its version number: every rerun registers new
     # versions, and the page (a DVC output) must be the same bytes for the same results.
-    mechanism = version_tags(model_name(paths.task, prefix), champ).get("mechanism", "?")
     name = model_name(paths.task, prefix)
-    return champ, f"\nMLflow registry: `models:/{name}@champion` is the {mechanism} model (best {split} {key}).\n"
+    tags = version_tags(name, champ)
+    mechanism = tags.get("mechanism", "?")
+    several = "seeds" in ((metrics.get(mechanism) or {}).get(split) or {})
+    model = f"the {mechanism} model" + (f", seed {tags['seed']}" if several and "seed" in tags else "")
+    return champ, f"\nMLflow registry: `models:/{name}@champion` is {model} (best {split} {key}).\n"
 
 
 def write_plots(
@@ -201,7 +206,7 @@ def compare_task(paths: TaskPaths, mechanisms: list[str], params: dict) -> str:
     display = {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)}
     kinds = {split: ev.metric_for(split) for split in ev.splits}
     manifests = task_manifests(paths.shards)
-    champ, champ_line = choose_champion(paths, params, manifests)
+    champ, champ_line = choose_champion(paths, params, manifests, metrics)
     intervals = comparison_intervals(paths, mechanisms, params)
     write_json_atomic(paths.intervals(task_name), intervals)
     text = comparison_markdown(task_name, metrics, cfg, display, kinds, intervals) + champ_line

@@ -110,6 +110,20 @@ def evaluate_seeds(
     return {split: {**first[split], "seeds": per_seed[split]} for split in splits}
 
 
+def registered_seed(params: dict, task: str, metrics: dict) -> str:
+    """The seed whose model the row registers: the first (``train.seed``), or with ``train.seeds`` > 1
+    the one with the best figure of the task's champion metric on validation (the earliest on a tie),
+    so the registry, and the champion chosen from it, holds each row's best model by validation."""
+    first = str(section(params, "train").get("seed", 1234))
+    split, key, higher = selection_metric(params, task)
+    best, best_value = first, None
+    for seed, figures in ((metrics.get(split) or {}).get("seeds") or {}).items():  # the first seed first
+        value = figures.get(key)
+        if value is not None and (best_value is None or (value > best_value if higher else value < best_value)):
+            best, best_value = seed, value
+    return best
+
+
 def copy_summary(copy: dict) -> str:
     """One line of a split's copy analysis: outputs against references."""
     out, ref = copy["outputs"], copy["references"]
@@ -169,9 +183,11 @@ def register_model(
     split: str,
     checkpoint: Path,
     serving: ServingConfig,
+    seed: str,
 ) -> str:
-    """Log the model (``checkpoint``/model.pt) as an MLflow pyfunc (raw text in, output text out) and register it as a new
-    version of the task's model, tagged with its metrics and data hashes (compare picks the champion)."""
+    """Log the model (``checkpoint``/model.pt, trained with ``seed``) as an MLflow pyfunc (raw text in, output
+    text out) and register it as a new version of the task's model, tagged with its metrics and data
+    hashes (compare picks the champion)."""
     task_name = paths.task
     prepare = params["prepare"][task_name]
     subword = paths.shards / "subword.model" if prepare.get("subword") else None
@@ -189,6 +205,7 @@ def register_model(
             "mechanism": mechanism,
             "base_mechanism": resolve(params, mechanism).mechanism,  # a variant's base (else the mechanism)
             "run_id": run.run_id,
+            "seed": seed,
             "git_commit": git_commit(paths.root),
             **data,
             **metric_tags(metrics),
@@ -239,12 +256,19 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
         run_.artifact(paths.evaluation(mechanism) / "metrics.json")
         for split in splits:
             run_.artifact(paths.predictions(mechanism, split), "predictions")
-        version = register_model(run_, paths, mechanism, params, metrics, splits[0], checkpoint, serving)
-        run_.tags({"registered_version": version})
+        seed = registered_seed(params, task_name, metrics)
+        registered_checkpoint, registered_metrics = checkpoint, metrics
+        if seed in extra_seeds(paths, mechanism):  # not the first seed: that seed's model and figures
+            registered_checkpoint = paths.checkpoints(mechanism) / "seeds" / seed
+            registered_metrics = {s: m["seeds"][seed] for s, m in metrics.items()}
+        version = register_model(
+            run_, paths, mechanism, params, registered_metrics, splits[0], registered_checkpoint, serving, seed
+        )
+        run_.tags({"registered_version": version, "registered_seed": seed})
     for split, m in metrics.items():
         shown = ", ".join(f"{k} {v:.2f}" for k, v in m.items() if isinstance(v, float))
         if "seeds" in m:
-            shown += f" (first seed; {len(m['seeds'])} seeds)"
+            shown += f" (first seed; {len(m['seeds'])} seeds; registered: seed {seed})"
         print(f"{task_name}/{mechanism}/{split}: {shown} (n={m['n']})")
         print(f"{task_name}/{mechanism}/{split}: {copy_summary(m['copy'])}")
     for split, m in skipped.items():
