@@ -61,6 +61,7 @@ from pipeline.vocab.vocabulary import (
     build_vocab,
     count_split_tokens,
     count_tokens,
+    load_features_vocab,
     save_features_vocab,
 )
 
@@ -657,8 +658,19 @@ def build_features_project(root: Path) -> Path:
     features = save_features_vocab(shards / "train", vocab_dir)  # what the vocab stage writes beside them
     for split in ("train", "valid"):
         write_encoded_split(shards / split, vocab_dir / "ids" / split, *vocabs.values(), features_vocab=features)
+    train_features_copynet(root, root / "data/checkpoints" / FEATURES_TASK / "copynet", epochs=5)
+    return root
+
+
+def train_features_copynet(root: Path, out: Path, epochs: int, **options) -> Path:
+    """CopyNet with features trained on :func:`build_features_project`'s task into ``out`` (one thread;
+    ``options``: ModelConfig fields, e.g. the Transformer decoder's). Returns ``out``."""
+    vocab_dir = root / "data/vocab" / FEATURES_TASK
+    vocabs = {side: Vocab.load(vocab_dir / f"{side}.vocab") for side in ("src", "tgt")}
+    features = load_features_vocab(vocab_dir)
     encoded = {s: EncodedSplit(vocab_dir / "ids" / s, len(vocabs["tgt"])) for s in ("train", "valid")}
-    cfg = ModelConfig(len(vocabs["src"]), len(vocabs["tgt"]), emb=32, hidden=64, features_vocab=len(features))
+    sizes = {"emb": 32, "hidden": 64, **options}
+    cfg = ModelConfig(len(vocabs["src"]), len(vocabs["tgt"]), features_vocab=len(features), **sizes)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -666,15 +678,15 @@ def build_features_project(root: Path) -> Path:
             build_seeded_model("copynet", cfg, 0),
             encoded["train"],
             encoded["valid"],
-            TrainConfig(epochs=5, batch_size=32, lr=3e-3, seed=0),
-            root / "data/checkpoints" / FEATURES_TASK / "copynet",
+            TrainConfig(epochs=epochs, batch_size=32, lr=3e-3, seed=0),
+            out,
             model_config=vars(cfg),
             progress=False,
             model_info={"mechanism": "copynet", "vocab": {s: vocab_identity(v) for s, v in vocabs.items()}},
         )
     finally:
         torch.set_num_threads(threads)
-    return root
+    return out
 
 
 def tiny_backbones(root: Path, layers: int = 2) -> dict:

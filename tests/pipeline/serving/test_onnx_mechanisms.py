@@ -1,9 +1,10 @@
 """ONNX export of the other mechanisms the export supports: Pointer Softmax (shortlist, switch,
 location softmax), WEAN and Luong (the stacked-LSTM decoder: its (h, c) in the state), RNNSearch,
 Enc-Dec (a fixed code, no attention) and CopyNet over the Transformer encoder. Each gives PyTorch's
-n-best lists with beam 10 and greedy; the project and checks of test_onnx_export.py.
+n-best lists with beam 10 and greedy; the project and checks of test_onnx_export.py. And a model with
+a features column, on either decoder, answers as its PyTorch predictor.
 
-Six exports (about 10 s each): marked slow."""
+Eight exports (about 10 s each): marked slow."""
 
 from __future__ import annotations
 
@@ -52,9 +53,9 @@ def test_nbest_and_greedy_equal_pytorch(project, row) -> None:
     assert_same_greedy(want, got)
 
 
-def test_a_model_with_features_answers_as_pytorch(features_project, tmp_path) -> None:
-    """A task with a features column (tests/conftest.py's revcopy: a tag says reverse or copy): the
-    export reads the tags (``features`` (B, F), any F) and the predictors agree on every test row."""
+def assert_features_answer_as_pytorch(project, ckpt, out) -> None:
+    """``ckpt`` (a CopyNet with features on the revcopy task of ``project``) exported to ``out``: the
+    export reads the tags (``features`` (B, F), any F) and the predictors agree on the first 40 test rows."""
     from dataclasses import asdict
 
     from pipeline.io.shards import read_split
@@ -65,13 +66,12 @@ def test_a_model_with_features_answers_as_pytorch(features_project, tmp_path) ->
     from pipeline.serving.pyfunc import local_model
     from tests.helpers import FEATURES_TASK
 
-    ckpt = features_project / "data/checkpoints" / FEATURES_TASK / "copynet"
-    params = features_project / "params.yaml"
-    assert export_main([str(ckpt), "--out", str(tmp_path / "out"), "--params", str(params)]) == 0
-    vocab, config, subword = checkpoint_settings(ckpt, None, None, params)
+    params = project / "params.yaml"
+    assert export_main([str(ckpt), "--out", str(out), "--params", str(params)]) == 0
+    vocab, config, subword = checkpoint_settings(ckpt, FEATURES_TASK, None, params)
     want = local_model(ckpt, vocab, ServingConfig.from_dict(asdict(config)), subword).python_model.predictor
-    got = OnnxPredictor(tmp_path / "out", threads=1)
-    table = read_split(features_project / "data/shards" / FEATURES_TASK / "test")
+    got = OnnxPredictor(out, threads=1)
+    table = read_split(project / "data/shards" / FEATURES_TASK / "test")
     texts = ["".join(s) for s in table.column("src").to_pylist()][:40]
     tags = table.column("features").to_pylist()[:40]
     assert {t[0] for t in tags} == {"COPY", "REV"}
@@ -80,3 +80,21 @@ def test_a_model_with_features_answers_as_pytorch(features_project, tmp_path) ->
     assert np.allclose([r["score"] for r in onnx_rows], [r["score"] for r in torch_rows], atol=TOLERANCE + 1e-4)
     flipped = got.predict(texts[:4], features=[["REV" if t == ["COPY"] else "COPY"] for t in tags[:4]])
     assert [r["tokens"] for r in flipped] != [r["tokens"] for r in onnx_rows[:4]]  # the tags are read
+
+
+def test_a_model_with_features_answers_as_pytorch(features_project, tmp_path) -> None:
+    """A task with a features column (tests/conftest.py's revcopy: a tag says reverse or copy)."""
+    from tests.helpers import FEATURES_TASK
+
+    ckpt = features_project / "data/checkpoints" / FEATURES_TASK / "copynet"
+    assert_features_answer_as_pytorch(features_project, ckpt, tmp_path / "out")
+
+
+def test_features_on_the_transformer_decoder_answer_as_pytorch(features_project, tmp_path) -> None:
+    """The same task on the Transformer decoder: the features enter every step's input there too
+    (e(y_{t-1}) + f, models/seq2seq.py), through the exported step graph and its growing caches."""
+    from tests.helpers import FEATURES_TASK, train_features_copynet
+
+    ckpt = tmp_path / FEATURES_TASK / "copynet"  # a model.pt of CopyNet (its options: the decoder)
+    train_features_copynet(features_project, ckpt, epochs=3, decoder="transformer", decoder_heads=2, decoder_layers=2)
+    assert_features_answer_as_pytorch(features_project, ckpt, tmp_path / "out")
