@@ -28,6 +28,7 @@ from typing import Annotated
 import typer
 
 from pipeline.config.params import REPO_ROOT, load_params
+from pipeline.config.tasks import task_names
 
 app = typer.Typer(
     name="copyseq",
@@ -111,7 +112,15 @@ def run(
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
 def repro(ctx: typer.Context) -> None:
-    """The whole pipeline: `dvc repro [ARGS]` with one local Prefect server."""
+    """The whole pipeline: `dvc repro [ARGS]` with one local Prefect server (`--dry`: none needed)."""
+    if "--dry" in ctx.args:
+        unprepared = [t for t in task_names(load_params()) if not (REPO_ROOT / "data" / "shards" / t).is_dir()]
+        if unprepared:
+            # `dvc repro --dry` hashes the vocab and train stages' deps inside prepare's output, which
+            # does not exist before prepare has run (DVC then fails); `dvc status` names those stages.
+            print(f"prepare has not run for {', '.join(unprepared)} yet; the stages out of date (dvc status):")
+            _call([sys.executable, "-m", "dvc", "status", *(a for a in ctx.args if not a.startswith("-"))])
+        _call([sys.executable, "-m", "dvc", "repro", *ctx.args])
     _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *ctx.args])
 
 

@@ -62,6 +62,10 @@ def test_a_task_added_runs_alone(tmp_path):
     expected = ["settings", f"prepare@{TASK}", f"vocab@{TASK}", f"train@{TASK}-encdec", f"evaluate@{TASK}-encdec"]
     assert re.findall(r"Running stage '([^']+)'", dry) == expected
     assert not (repo / "data" / "shards" / TASK).exists()  # nothing ran
+    whole = copyseq(repo, env, "repro", "--dry")  # the whole pipeline's, before any prepare: DVC's status
+    assert f"prepare has not run for copy_rules, {TASK} yet" in whole
+    assert f"prepare@{TASK}:" in whole and f"evaluate@{TASK}-encdec:" in whole and "compare:" in whole
+    assert not [d for d in (repo / "data").glob("shards/*") if d.is_dir()]  # nothing prepared
 
     ran = copyseq(repo, env, "run", TASK, "-m", "encdec")
     assert sorted(re.findall(r"Running stage '([^']+)'", ran)) == sorted(expected)  # DVC's order
