@@ -57,8 +57,11 @@ class BackboneExport(nn.Module):
         x = memory.new_zeros(memory.size(0), 1, memory.size(2))  # (B, 1, D): any input; only the cross part is kept
         _, _, cache = self.model.run_decoder(state, x, self.model._cache(state))
         for key, value in self.model._cache_state(cache).items():
-            # cross (B, heads, S, d) as computed; self (B, heads, 0, d): no position decoded yet
-            state[key] = value if key.startswith(CROSS_CACHE) else value[:, :, :0]
+            # cross (B, heads, S, d) as computed; self (B, heads, 0, d): no position decoded yet. New zeros,
+            # not a slice of the step's own: nothing then reads the decoder's layers past their cross-attention
+            # projections, so the exporter drops them (their weights, the output layer's, a step per source).
+            b, heads, _, d = value.shape
+            state[key] = value if key.startswith(CROSS_CACHE) else value.new_zeros(b, heads, 0, d)
         return state
 
     def step(self, state: State, prev_ids: torch.Tensor) -> tuple[torch.Tensor, State]:

@@ -9,13 +9,16 @@ once (four exports), not the whole grid of heads x backbones."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import transformers
+from onnx import numpy_helper
 
 from models.extended import NEG
 from models.registry import build_model, model_config
@@ -131,6 +134,35 @@ def test_each_step_equals_pytorch_as_the_cache_grows(exported, kind, head) -> No
             assert "bb_cross_k1" not in updates
             assert np.abs(cross - state["bb_cross_k1"].numpy()).max() < TOLERANCE
             prev = log_probs.argmax(-1)
+
+
+CROSS_KV = ("encoder_attn.k_proj.", "encoder_attn.v_proj.", "EncDecAttention.k.", "EncDecAttention.v.")
+
+
+def digests(array: np.ndarray) -> set[str]:
+    """The sha256 of a matrix's float32 bytes, and of its transpose's (how the exporter may store it)."""
+    array = np.asarray(array, dtype=np.float32)
+    return {hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() for a in (array, array.T)}
+
+
+@pytest.mark.parametrize(("kind", "head"), GRID)
+def test_the_encoder_graph_holds_no_decoder_weight_past_the_cross_attention(exported, kind, head) -> None:
+    """The encoder graph runs the decoder only as far as its cross-attention keys and values (projections
+    of the encoder states): none of the decoder's other matrices (self-attention, feed-forward, positions,
+    an output layer of its own) is in it, so they are neither stored twice nor run once per source."""
+    model, out, _ = exported(kind, head)
+    matrices = {n: digests(p.detach().numpy()) for n, p in model.named_parameters() if p.dim() == 2}
+    # what the encoder side holds too: a tied embedding, Marian's sinusoidal positions (the same table)
+    encoder_side = {d for n, ds in matrices.items() if "decoder." not in n for d in ds}
+    decoder = {n: ds for n, ds in matrices.items() if "decoder." in n and not any(k in n for k in CROSS_KV)}
+    forbidden = {d: n for n, ds in decoder.items() if not ds & encoder_side for d in ds}
+    assert len(set(forbidden.values())) >= 4 * LAYERS  # every layer's self-attention and feed-forward at least
+    graph = onnx.load(str(out / "encoder.onnx")).graph
+    stored = {d: init.name for init in graph.initializer for d in digests(numpy_helper.to_array(init))}
+    assert not {stored[d]: name for d, name in forbidden.items() if d in stored}
+    cross = [p for n, p in model.named_parameters() if any(k in n for k in CROSS_KV) and p.dim() == 2]
+    assert len(cross) == 2 * LAYERS  # each layer's key and value projections: in the graph
+    assert all(digests(p.detach().numpy()) & set(stored) for p in cross)
 
 
 def both_batches(tok: BackboneTokenizer, texts: list[str]):
