@@ -17,7 +17,9 @@ The PyTorch model computes the cross-attention keys and values at its first step
 ``EncoderDecoderCache`` fills them when first asked); here the encoder graph computes them once per
 source by running the decoder one step on a zero input and keeping only the cross-attention part of its
 cache (a function of the encoder states alone), so every step graph is the same one (a cache that
-exists from the start, one position longer each step). The step's numbers are those of the PyTorch
+exists from the start, one position longer each step). Nothing reads the rest of that step (the empty
+self-attention caches are new zeros), so the exporter keeps only the cross-attention projections of the
+decoder in the encoder graph: its other layers' weights are in the step graph alone. The step's numbers are those of the PyTorch
 step: the self-attention over an empty cache plus the new position is the attention over that position.
 
 Everything else is :func:`pipeline.serving.onnx_graphs.export_graphs`: the probes that name the axes,
