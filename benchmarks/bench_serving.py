@@ -35,7 +35,15 @@ from pathlib import Path
 
 import mlflow
 
-from benchmarks.toy import EVALUATE, PREPARE, TASK, build_toy_project, free_port, stop_server
+from benchmarks.toy import (
+    EVALUATE,
+    PREPARE,
+    TASK,
+    build_toy_project,
+    free_port,
+    start_mlflow_server,
+    stop_server,
+)
 from pipeline.config.params import load_params
 from pipeline.serving.predictor import ServingConfig
 from pipeline.serving.pyfunc import log_pyfunc_model
@@ -121,15 +129,8 @@ def toy_champion(root: Path, limits: dict) -> str:
 
 
 def start_server(uri: str, port: int, cwd: Path, log: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local"]
-    command += ["--host", "127.0.0.1", "--port", str(port)]
     with open(log, "wb") as out:
-        return subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return start_mlflow_server(uri, port, cwd, out)
 
 
 def ping(base: str) -> bool:

@@ -15,6 +15,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -123,6 +124,21 @@ def build_toy_project(root: Path) -> Path:
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return root
+
+
+def start_mlflow_server(uri: str, port: int, cwd: Path, stdout) -> subprocess.Popen:
+    """`mlflow models serve -m URI` on 127.0.0.1:``port`` (this environment, no telemetry) in a process
+    group of its own (:func:`stop_server` stops it), its output to ``stdout`` (a file or PIPE)."""
+    # `mlflow models serve` runs `uvicorn` from PATH: the venv's bin must be on it even when this runs
+    # as .venv/bin/python without an activated environment (make test, CI)
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local"]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop_server(proc: subprocess.Popen) -> None:

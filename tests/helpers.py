@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,6 +33,7 @@ from benchmarks.toy import (  # noqa: F401  (re-exported: the toy copy task and 
     TOY_UNSEEN,
     build_toy_project,
     free_port,
+    start_mlflow_server,
     stop_server,
     toy_copy_batch,
     toy_copy_example,
@@ -703,3 +706,50 @@ def tiny_backbones(root: Path, layers: int = 2) -> dict:
         path = make_tiny_backbone(kind, texts, root / kind, d_model=16, layers=layers, heads=2, vocab_size=120)
         out[kind] = (path, BackboneTokenizer.from_backbone(str(path)))
     return out
+
+
+class Server:
+    """A model served by `mlflow models serve` on 127.0.0.1, and its requests."""
+
+    def __init__(self, base: str, proc: subprocess.Popen) -> None:
+        self.base, self.proc = base, proc
+
+    @classmethod
+    def start(cls, model_uri: str, cwd: Path, timeout: float = 180) -> Server:
+        """`mlflow models serve -m MODEL_URI` on a free port, once it answers /ping (its process group
+        stopped and its output shown when it does not within ``timeout`` s)."""
+        port = free_port()
+        served = cls(f"http://127.0.0.1:{port}", start_mlflow_server(model_uri, port, cwd, subprocess.PIPE))
+        deadline = time.time() + timeout
+        while not served.ping():
+            if served.proc.poll() is not None or time.time() > deadline:
+                stop_server(served.proc)
+                output = served.proc.stdout.read().decode(errors="replace")[-3000:]
+                raise AssertionError(f"server did not come up: {output}")
+            time.sleep(0.5)
+        return served
+
+    def invoke(self, texts: list[str], params: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
+        """POST /invocations; ``(HTTP status, JSON body)`` (a non-JSON body as ``{"raw": text}``)."""
+        body = {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}}
+        if params:
+            body["params"] = params
+        req = urllib.request.Request(
+            f"{self.base}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as err:
+            status, raw = err.code, err.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, {"raw": raw.decode(errors="replace")}
+
+    def ping(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base}/ping", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False

@@ -85,6 +85,28 @@ def headline(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def scored_model(paths: TaskPaths, mechanism: str, cfg: EvalConfig, device, vocabs, seed: str | None = None):
+    """``(training run id, model, its checkpoint folder)`` of the row's first seed (``seed`` None) or of
+    another of its seeds: the trained model.pt (checked against the hash its training recorded), or with
+    ``evaluate.average_last`` K the mean of that training's last K step checkpoints, written under its
+    train state (``averaged/model.pt``): what is scored, and registered when it is the row's choice."""
+    trained, state, scored = seed_folders(paths, mechanism, cfg, seed)
+    run_id, sha = RunRecord.of(state).training_run()
+    model, _ = load_model(trained / "model.pt", mechanism, device, vocabs, sha256=sha)
+    if scored != trained:
+        write_average(trained, cfg.average_last, scored / "model.pt")
+        model, _ = load_model(scored / "model.pt", mechanism, device, vocabs)
+    return run_id, model, scored
+
+
+def seed_folders(paths: TaskPaths, mechanism: str, cfg: EvalConfig, seed: str | None) -> tuple[Path, Path, Path]:
+    """A seed's checkpoint folder, its train state folder and the folder of the model.pt that is scored
+    (the checkpoint's, or ``averaged`` under the train state with ``evaluate.average_last``)."""
+    sub = Path("seeds", seed) if seed else Path()
+    trained, state = paths.checkpoints(mechanism) / sub, paths.train_state(mechanism) / sub
+    return trained, state, state / "averaged" if cfg.average_last else trained
+
+
 def evaluate_seeds(
     paths: TaskPaths, mechanism: str, params: dict, splits: list[str], first: dict, vocabs, cfg, device, tokenizer
 ) -> dict:
@@ -98,10 +120,7 @@ def evaluate_seeds(
     per_seed = {split: {first_seed: headline(first[split])} for split in splits}
     experiment = TrackingConfig.from_params(params).experiment(paths.task)
     for seed in seeds:
-        run_id, sha = RunRecord.of(paths.train_state(mechanism) / "seeds" / seed).training_run()
-        model, _ = load_model(
-            paths.checkpoints(mechanism) / "seeds" / seed / "model.pt", mechanism, device, vocabs, sha256=sha
-        )
+        run_id, model, _ = scored_model(paths, mechanism, cfg, device, vocabs, seed)
         scored = {s: evaluate_split(model, paths, mechanism, s, vocabs, cfg, device, tokenizer, seed) for s in splits}
         for split in splits:
             per_seed[split][seed] = headline(scored[split])
@@ -226,13 +245,7 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
     vocab_dir = row_vocab_dir(paths.vocab, params.get("model"), resolve(params, mechanism).mechanism)
     vocabs = (Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab"))
     tokenizer = BackboneTokenizer.load(vocab_dir) if (vocab_dir / RECORD).is_file() else None
-    run_id, model_sha256 = RunRecord.of(paths.train_state(mechanism)).training_run()
-    checkpoint = paths.checkpoints(mechanism)
-    model, _ = load_model(checkpoint / "model.pt", mechanism, device, vocabs, sha256=model_sha256)
-    if cfg.average_last:  # the mean of the run's last K step checkpoints, scored and registered instead
-        checkpoint = paths.train_state(mechanism) / "averaged"
-        write_average(paths.checkpoints(mechanism), cfg.average_last, checkpoint / "model.pt")
-        model, _ = load_model(checkpoint / "model.pt", mechanism, device, vocabs)
+    run_id, model, checkpoint = scored_model(paths, mechanism, cfg, device, vocabs)  # (or its last K's mean)
     splits = [s for s in cfg.splits if s not in cfg.optional_splits or paths.split(s).is_dir()]
     skipped = {s: {"skipped": f"no shards at {paths.split(s)} (optional split)"} for s in cfg.splits if s not in splits}
     selection, _, _ = selection_metric(params, task_name)
@@ -258,8 +271,8 @@ def run(task_name: str, mechanism: str, params_path: str | None = None, step: Ca
             run_.artifact(paths.predictions(mechanism, split), "predictions")
         seed = registered_seed(params, task_name, metrics)
         registered_checkpoint, registered_metrics = checkpoint, metrics
-        if seed in extra_seeds(paths, mechanism):  # not the first seed: that seed's model and figures
-            registered_checkpoint = paths.checkpoints(mechanism) / "seeds" / seed
+        if seed in extra_seeds(paths, mechanism):  # not the first seed: that seed's model (as scored) and figures
+            registered_checkpoint = seed_folders(paths, mechanism, cfg, seed)[2]
             registered_metrics = {s: m["seeds"][seed] for s, m in metrics.items()}
         version = register_model(
             run_, paths, mechanism, params, registered_metrics, splits[0], registered_checkpoint, serving, seed

@@ -239,18 +239,14 @@ def test_copyseq_export_of_a_backbone_row_answers_as_the_pytorch_predictor(row_e
     assert any(g["warning"] for g in got)  # the all-unseen source is warned about on both sides
 
 
-def test_a_logged_backbone_export_loads_and_answers_where_torch_cannot_be_imported(row_export, tmp_path, monkeypatch):
+@pytest.fixture
+def logged_export(row_export, tmp_path, monkeypatch):
     """The backbone row's export logged as MLflow's pyfunc model (what ``copyseq export --model URI --log``
-    logs) pins the tokenizer's packages and carries the code the tokenizer reads, and
-    ``mlflow.pyfunc.load_model`` of it, in a process where ``import torch`` fails, answers as
-    OnnxPredictor does on the export directory."""
+    logs) in a SQLite store under ``tmp_path``: its model URI."""
     import mlflow
 
-    from pipeline.serving.onnx_predictor import OnnxPredictor
     from pipeline.serving.onnx_pyfunc import log_onnx_model
-    from tests.pipeline.serving.test_onnx_export import run_without_torch
 
-    _, _, out, _ = row_export
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)
     previous = mlflow.get_tracking_uri()
@@ -259,24 +255,60 @@ def test_a_logged_backbone_export_loads_and_answers_where_torch_cannot_be_import
         mlflow.set_experiment("toy")
         with mlflow.start_run() as run:
             pass
-        texts = [*hf_sources(4), "", "WZUW ZW"]
-        uri = log_onnx_model(run.info.run_id, out, texts[:1])
-        requirements = Path(mlflow.pyfunc.get_model_dependencies(uri)).read_text(encoding="utf-8").split()
-        names = {line.split("==")[0] for line in requirements}
-        assert {"onnxruntime", "transformers", "tokenizers"} <= names and "torch" not in names
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(tmp_path / "logged")))
-        assert (local / "code" / "models" / "backbone_ids.py").is_file()
-        code = (
-            "import json, sys, mlflow, pandas\n"
-            f"model = mlflow.pyfunc.load_model({uri!r})\n"
-            f"print(json.dumps(model.predict(pandas.DataFrame({{'text': {texts!r}}}))[['output', 'warning']]"
-            ".to_dict('records')))\n"
-            "assert 'torch' not in sys.modules\n"
-        )
-        proc = run_without_torch(tmp_path, ["-c", code])
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        want = [{"output": r["output"], "warning": r["warning"]} for r in OnnxPredictor(out, threads=1).predict(texts)]
-        assert json.loads(proc.stdout.strip().splitlines()[-1]) == want
-        assert any(w["output"] for w in want) and any(w["warning"] for w in want)  # not vacuous
+        yield log_onnx_model(run.info.run_id, row_export[2], hf_sources(1))
     finally:
         mlflow.set_tracking_uri(previous)
+
+
+def test_a_logged_backbone_export_loads_and_answers_where_torch_cannot_be_imported(row_export, logged_export, tmp_path):
+    """The logged export pins the tokenizer's packages and carries the code the tokenizer reads, and
+    ``mlflow.pyfunc.load_model`` of it, in a process where ``import torch`` fails, answers as
+    OnnxPredictor does on the export directory."""
+    import mlflow
+
+    from pipeline.serving.onnx_predictor import OnnxPredictor
+    from tests.pipeline.serving.test_onnx_export import run_without_torch
+
+    out, uri = row_export[2], logged_export
+    texts = [*hf_sources(4), "", "WZUW ZW"]
+    requirements = Path(mlflow.pyfunc.get_model_dependencies(uri)).read_text(encoding="utf-8").split()
+    names = {line.split("==")[0] for line in requirements}
+    assert {"onnxruntime", "transformers", "tokenizers"} <= names and "torch" not in names
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(tmp_path / "logged")))
+    assert (local / "code" / "models" / "backbone_ids.py").is_file()
+    code = (
+        "import json, sys, mlflow, pandas\n"
+        f"model = mlflow.pyfunc.load_model({uri!r})\n"
+        f"print(json.dumps(model.predict(pandas.DataFrame({{'text': {texts!r}}}))[['output', 'warning']]"
+        ".to_dict('records')))\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    proc = run_without_torch(tmp_path, ["-c", code])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = [{"output": r["output"], "warning": r["warning"]} for r in OnnxPredictor(out, threads=1).predict(texts)]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == want
+    assert any(w["output"] for w in want) and any(w["warning"] for w in want)  # not vacuous
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_with_a_logged_backbone_export(row_export, logged_export, tmp_path):
+    """`mlflow models serve -m URI` of the logged export on 127.0.0.1: the predictor's rows over HTTP
+    (outputs, copied pieces, pieces, warnings), and a source over the limits refused with 400."""
+    from pipeline.serving.onnx_predictor import OnnxPredictor
+    from tests.helpers import Server, stop_server
+
+    texts = [*hf_sources(4), "", "WZUW ZW"]
+    served = Server.start(logged_export, tmp_path)
+    try:
+        status, answer = served.invoke(texts, {"beam_size": 2})
+        assert status == 200, answer
+        want = OnnxPredictor(row_export[2], threads=1).predict(texts, beam_size=2)
+        assert answer["predictions"] == [
+            {"output": w["output"], "copied": list(w["copied"]), "tokens": list(w["tokens"]), "warning": w["warning"]}
+            for w in want
+        ]
+        assert any(w["copied"] for w in want) and any(w["warning"] for w in want)  # not vacuous
+        status, answer = served.invoke(texts[:1], {"beam_size": 0})
+        assert status == 400 and "beam_size" in answer["message"], answer
+    finally:
+        stop_server(served.proc)

@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -27,7 +24,7 @@ from tests.helpers import (
     OOV_TEXT,
     PREPARE,
     TASK,
-    free_port,
+    Server,
     local,
     serving_config,
     stop_server,
@@ -211,36 +208,6 @@ SERVE_LIMITS = {"request_timeout_s": 6, "max_output_len": 5000}
 LONG_REQUEST = ([LONG_TEXT] * 8, {"beam_size": 20, "max_len": 5000})  # minutes of decoding without a deadline
 
 
-class Server:
-    def __init__(self, base: str, proc: subprocess.Popen) -> None:
-        self.base, self.proc = base, proc
-
-    def invoke(self, texts: list[str], params: dict | None = None, timeout: float = 60) -> tuple[int, dict]:
-        """POST /invocations; ``(HTTP status, JSON body)`` (a non-JSON body as ``{"raw": text}``)."""
-        body = {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}}
-        if params:
-            body["params"] = params
-        req = urllib.request.Request(
-            f"{self.base}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                status, raw = r.status, r.read()
-        except urllib.error.HTTPError as err:
-            status, raw = err.code, err.read()
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, {"raw": raw.decode(errors="replace")}
-
-    def ping(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.base}/ping", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-
 def live_processes(pgid: int) -> list[int]:
     """Pids of the process group's processes that are not zombies (from /proc)."""
     pids = []
@@ -276,31 +243,11 @@ def server(project, store):
     version = register(uri, TASK, {"mechanism": "copynet"})
     set_champion(TASK, version, "serve test")
 
-    port = free_port()
-    # `mlflow models serve` runs `uvicorn` from PATH: the venv's bin must be on it even when the
-    # tests run as .venv/bin/python without an activated environment (make test, CI)
-    env = {
-        **os.environ,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    start = time.perf_counter()
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{TASK}@champion"]
-    command += ["--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(
-        command, cwd=store, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    served = Server.start(f"models:/{TASK}@champion", store)
     try:
-        served = Server(f"http://127.0.0.1:{port}", proc)
-        deadline = time.time() + 180
-        while not served.ping():
-            if proc.poll() is not None or time.time() > deadline:
-                raise AssertionError(f"server did not come up: {proc.stdout.read().decode(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-        print(f"server ready in {time.perf_counter() - start:.1f}s")
         yield served
     finally:
-        stop_server(proc)
+        stop_server(served.proc)
 
 
 @pytest.mark.slow
