@@ -43,8 +43,8 @@ class TaskPaths:
         return self.root / "data" / "eval" / "runs" / self.task / mechanism
 
     def predictions(self, mechanism: str, split: str, seed: str | None = None) -> Path:
-        """A split's prediction records: the registered model's (the first seed's), or another
-        seed's (train.seeds > 1) under ``predictions/seeds/<seed>/``."""
+        """A split's prediction records: the first seed's, or another seed's (train.seeds > 1) under
+        ``predictions/seeds/<seed>/``."""
         folder = self.evaluation(mechanism) / "predictions"
         return (folder if seed is None else folder / "seeds" / str(seed)) / f"{split}.jsonl"
 
