@@ -243,7 +243,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
         node1_out = joined.communicate(timeout=300)[0]
     finally:
         joined.kill()
-    assert joined.returncode == 0, node1_out[-4000:]
+    assert joined.returncode == 0, node1_out[-12000:]
     assert re.findall(r"Running stage '([^']+)'", out) == ["settings", "train@copy_rules-copynet"]
     history = json.loads((repo / "data/checkpoints/copy_rules/copynet/history.json").read_text())
     assert [r["processes"] for r in history] == [2] * (1 + params_used["train"]["epochs"])  # step 0 + epochs
