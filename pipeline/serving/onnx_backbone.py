@@ -19,8 +19,9 @@ source by running the decoder one step on a zero input and keeping only the cros
 cache (a function of the encoder states alone), so every step graph is the same one (a cache that
 exists from the start, one position longer each step). Nothing reads the rest of that step (the empty
 self-attention caches are new zeros), so the exporter keeps only the cross-attention projections of the
-decoder in the encoder graph: its other layers' weights are in the step graph alone. The step's numbers are those of the PyTorch
-step: the self-attention over an empty cache plus the new position is the attention over that position.
+decoder in the encoder graph: its other layers' weights are in the step graph alone. The step's numbers
+are those of the PyTorch step: the self-attention over an empty cache plus the new position is the
+attention over that position.
 
 Everything else is :func:`pipeline.serving.onnx_graphs.export_graphs`: the probes that name the axes,
 the dynamo exporter at opset 18 with its stable ``logaddexp``/``log_sigmoid`` translations.
