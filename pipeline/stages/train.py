@@ -282,9 +282,11 @@ def worker_main(argv: list[str] | None = None) -> None:
         log = run_metric_logger(args.mlflow_run_id)
         on_validate = lambda row: log(row, row["step"])  # noqa: E731
         on_step = lambda row: log({"step_loss": row["loss"], "step_lr": row["lr"]}, row["step"])  # noqa: E731
+    completed = False
     try:
         # the validation metric on the machine that owns the outputs (its shards), sent to every rank
         job.run(ctx, on_validate, on_step, run_key=args.run_key, score_valid=job_scorer(job) if ctx.is_main else None)
+        completed = True
     except RuntimeError as err:
         if lost_contact(err):  # say what happened before the traceback
             print(
@@ -294,7 +296,7 @@ def worker_main(argv: list[str] | None = None) -> None:
             )
         raise
     finally:
-        shutdown(ctx)
+        shutdown(ctx, completed)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,15 @@ def broadcast_from_main(value, ctx: DistContext):
     return box[0]
 
 
-def shutdown(ctx: DistContext) -> None:
+def shutdown(ctx: DistContext, completed: bool = False) -> None:
+    """Leave the process group. ``completed``: this rank's work ended without error, so it first waits
+    at a barrier for every other rank to end too: no process closes its connections while another
+    still runs (the main rank writes the outputs after the last collective), as PyTorch advises
+    (destroy the group once no rank communicates). After an error there is no barrier: the other
+    ranks may never reach it."""
     if ctx.enabled and dist.is_initialized():
+        if completed:
+            dist.barrier()
         dist.destroy_process_group()
 
 

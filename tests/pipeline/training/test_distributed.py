@@ -18,6 +18,7 @@ from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples
 from pipeline.training.distributed import (
     DistContext,
     JobMismatch,
+    all_reduce_sum,
     check_same_job,
     lost_contact,
     main_rank,
@@ -96,7 +97,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         model, train_cfg, optimizer = _setup(mechanism, vocab)
         results[mechanism] = _steps(DistributedDataParallel(model), model, optimizer, train_cfg, ranks[rank], ctx)
     torch.save(results, Path(out) / f"rank{rank}.pt")
-    shutdown(ctx)
+    shutdown(ctx, completed=True)
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +201,37 @@ def test_ranks_with_other_settings_or_data_are_named(monkeypatch):
     seen.update({1: "a"})
     check_same_job("a", DistContext(rank=2, world=3, main=0))  # all the same: no error
     check_same_job("x", DistContext())  # one process: nothing to compare
+
+
+def _leaving_worker(rank: int, port: int, out: str, completed: bool) -> None:
+    """Rank 1 plays the main rank writing its outputs (a second) after the last collective; rank 0
+    has nothing left to do. Each records when it left the group."""
+    import time
+
+    from pipeline.training.distributed import init_from_env, shutdown
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank)
+    )
+    ctx = init_from_env("cpu")
+    all_reduce_sum(torch.ones(1), ctx)  # the last collective
+    if rank == 1:
+        time.sleep(1.0)
+        (Path(out) / "outputs_written").write_text(str(time.monotonic()))
+    shutdown(ctx, completed=completed)
+    (Path(out) / f"rank{rank}_left").write_text(str(time.monotonic()))
+
+
+@pytest.mark.parametrize("completed", [True, False])
+def test_a_rank_that_completed_leaves_the_group_only_when_every_rank_has(tmp_path, completed):
+    """Completed work: a barrier before the group is destroyed, so rank 0 stays until rank 1 has
+    written its outputs. After an error (``completed=False``) no rank waits for the others."""
+    mp.start_processes(
+        _leaving_worker, args=(free_port(), str(tmp_path), completed), nprocs=2, start_method="spawn", join=True
+    )
+    written = float((tmp_path / "outputs_written").read_text())
+    left = float((tmp_path / "rank0_left").read_text())
+    assert (left >= written) == completed, (left, written)
 
 
 def test_lost_contact_is_told_from_other_errors():
