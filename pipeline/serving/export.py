@@ -11,7 +11,8 @@ Sources:
   ``MLFLOW_TRACKING_URI`` (default: the repository's mlflow.db).
 
 ``--out DIR`` receives (docs/export.md): ``encoder.onnx`` and ``step.onnx`` (opset 18,
-:mod:`pipeline.serving.onnx_graphs`), ``src.vocab``/``tgt.vocab`` (and ``features.vocab``,
+:mod:`pipeline.serving.onnx_graphs`) with their weights in ``weights.bin`` (each tensor once,
+:mod:`pipeline.serving.onnx_weights`), ``src.vocab``/``tgt.vocab`` (and ``features.vocab``,
 ``subword.model`` where the task has them), ``serving.json`` (the serving settings and limits, with the
 sha256 of every file) and ``manifest.json`` (the mechanism, every graph input and output with its
 shape, the state keys, the opset, the sha256 of the source ``model.pt``, the decoding settings, the
@@ -70,6 +71,7 @@ from pipeline.serving.onnx_graphs import (
 )
 from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
 from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
+from pipeline.serving.onnx_weights import WEIGHTS_FILE, shared_segments
 from pipeline.serving.predict import checkpoint_settings
 from pipeline.training.checkpoints import load_file, load_model
 from pipeline.vocab.tokenizer import RECORD, TOKENIZER_DIR
@@ -205,6 +207,11 @@ def manifest(
         "graphs": {
             "encoder": _graph_entry(out / ENCODER_FILE, specs.encoder_inputs, specs.encoder_outputs),
             "step": _graph_entry(out / STEP_FILE, specs.step_inputs, specs.step_outputs),
+        },
+        "weights": {  # both graphs' initializers; those both read, loaded once for both
+            "file": WEIGHTS_FILE,
+            "sha256": sha256_file(out / WEIGHTS_FILE),
+            "shared": shared_segments(out, [ENCODER_FILE, STEP_FILE]),
         },
         "state": {
             "keys": list(specs.keys),

@@ -13,6 +13,7 @@ encoder and one decoder step, with the decoder state flattened into named tensor
   the Transformer caches grown by one position, coverage, the selective-read scores) and ``attn``
   (R, S), the step's attention a_t (for ``replace_unk``; absent when the decoder has none). The
   *static* keys (``Seq2Seq.static_state_keys``: fixed per source) are never reordered by beam search.
+- ``weights.bin``: both graphs' weights, each tensor once (:mod:`pipeline.serving.onnx_weights`).
 
 Both graphs call the model's own ``encode`` and ``step``, so every mechanism's maths is the code the
 PyTorch search runs. Three things differ from a search step, all numerically the same function:
@@ -64,6 +65,7 @@ from torch._higher_order_ops.scan import scan  # torch's scan (no public name ye
 from models.encoder import BiGRUEncoder, TransformerEncoder
 from models.read_again import ReadAgainEncoder
 from models.specials import BOS, PAD
+from pipeline.serving.onnx_weights import SharedWeights
 
 if TYPE_CHECKING:
     from pipeline.vocab.vocabulary import Vocab
@@ -501,8 +503,11 @@ def _set_shapes(model_proto: onnx.ModelProto, outputs: tuple[TensorSpec, ...]) -
                 dim.dim_value = axis
 
 
-def _export(module: nn.Module, args: tuple, names: tuple, dynamic: tuple, outputs: tuple, path: Path) -> None:
-    """One graph through the dynamo exporter, written to ``path`` with its outputs' shapes."""
+def _export(
+    module: nn.Module, args: tuple, names: tuple, dynamic: tuple, outputs: tuple, weights: SharedWeights, name: str
+) -> None:
+    """One graph through the dynamo exporter, written as ``name`` with its outputs' shapes, its weights
+    in the export's shared weights file."""
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)  # its notes on optional packages (torchvision) it does not need
@@ -525,12 +530,12 @@ def _export(module: nn.Module, args: tuple, names: tuple, dynamic: tuple, output
         exporter_log.setLevel(level)
     proto = program.model_proto
     _set_shapes(proto, outputs)
-    onnx.checker.check_model(proto)
-    onnx.save(proto, str(path))
+    weights.save(proto, name)
 
 
 def export_graphs(model: nn.Module, out_dir: Path, end_ids: tuple[int, ...] = ()) -> GraphSpecs:
-    """Write ``encoder.onnx`` and ``step.onnx`` of ``model`` under ``out_dir``; returns their specs.
+    """Write ``encoder.onnx`` and ``step.onnx`` of ``model`` under ``out_dir``, their weights in
+    ``weights.bin`` (:mod:`pipeline.serving.onnx_weights`); returns their specs.
     ``end_ids``: the source ids that end a sentence (:func:`sentence_end_ids`)."""
     rows, steps, n_ext = PROBES[0]
     dims = {
@@ -542,6 +547,7 @@ def export_graphs(model: nn.Module, out_dir: Path, end_ids: tuple[int, ...] = ()
     }
     src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, 0, end_ids)
     enc_args = (src, src_len, src_ext) + ((features,) if features is not None else ())
+    weights = SharedWeights(out_dir)
     with exportable(model, end_ids) as traced:
         specs = graph_specs(traced, end_ids)  # through the export's encoder: it reads the sentence ends from src
         with torch.no_grad():  # the sample state: after two steps (a cache of 2 positions: not specialised)
@@ -555,7 +561,8 @@ def export_graphs(model: nn.Module, out_dir: Path, end_ids: tuple[int, ...] = ()
             tuple(s.name for s in specs.encoder_inputs),
             tuple(_dynamic_shapes(specs.encoder_inputs, dims)),
             specs.encoder_outputs,
-            out_dir / ENCODER_FILE,
+            weights,
+            ENCODER_FILE,
         )
         shapes = _dynamic_shapes(specs.step_inputs, dims)  # prev_ids, ext_slots, then *tensors (one argument)
         _export(
@@ -564,6 +571,7 @@ def export_graphs(model: nn.Module, out_dir: Path, end_ids: tuple[int, ...] = ()
             tuple(s.name for s in specs.step_inputs),
             (shapes[0], shapes[1], tuple(shapes[2:])),
             specs.step_outputs,
-            out_dir / STEP_FILE,
+            weights,
+            STEP_FILE,
         )
     return specs

@@ -2,7 +2,9 @@
 numpy in, numpy out (what :mod:`pipeline.serving.onnx_search` drives). No torch.
 
 The export directory (``copyseq export``, :mod:`pipeline.serving.export`) holds ``manifest.json``
-(:data:`MANIFEST`), ``encoder.onnx``, ``step.onnx``, the vocabularies and ``serving.json``. The state
+(:data:`MANIFEST`), ``encoder.onnx``, ``step.onnx``, their weights ``weights.bin``, the vocabularies and
+``serving.json``. A weight both graphs read (``weights.shared`` in the manifest) is loaded once and
+given to both sessions (:func:`shared_initializers`). The state
 the graphs pass is named in the manifest: ``static`` keys are fixed per source, ``recurrent`` keys
 are what a step changes (and what beam search reorders).
 """
@@ -47,6 +49,27 @@ def session_options(threads: int | None) -> ort.SessionOptions:
     return options
 
 
+def shared_initializers(export_dir: Path, manifest: dict) -> dict[str, list[tuple[str, ort.OrtValue]]]:
+    """Graph file -> (initializer name, value) of each weight that several graphs read, each read
+    once from the weights file into one buffer that every session uses (``add_initializer``: the
+    session neither copies it nor reads its own from the file). An export without ``weights.shared``:
+    none."""
+    weights = manifest.get("weights", {})
+    out: dict[str, list[tuple[str, ort.OrtValue]]] = {}
+    for segment in weights.get("shared", []):
+        dtype = np.dtype(segment["dtype"])
+        array = np.fromfile(
+            export_dir / weights["file"],
+            dtype=dtype,
+            count=segment["length"] // dtype.itemsize,
+            offset=segment["offset"],
+        ).reshape(segment["shape"])
+        value = ort.OrtValue.ortvalue_from_numpy(array)  # shares the array's memory
+        for graph, name in segment["names"].items():
+            out.setdefault(graph, []).append((name, value))
+    return out
+
+
 class OnnxModel:
     """``encode(inputs) -> state`` and ``step(state, prev_ids, n_ext) -> (log_probs, updates)`` of an
     export directory, on onnxruntime's CPU provider."""
@@ -55,16 +78,22 @@ class OnnxModel:
         self.dir = Path(export_dir)
         self.manifest = read_manifest(self.dir)
         graphs = self.manifest["graphs"]
-        options = session_options(threads)
-        providers = ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(self.dir / graphs["encoder"]["file"]), options, providers=providers)
-        self.decoder = ort.InferenceSession(str(self.dir / graphs["step"]["file"]), options, providers=providers)
+        # the values stay referenced here: onnxruntime uses their memory for as long as the sessions live
+        self.shared = shared_initializers(self.dir, self.manifest)
+        self.encoder = self._session(graphs["encoder"]["file"], threads)
+        self.decoder = self._session(graphs["step"]["file"], threads)
         self.keys = tuple(self.manifest["state"]["keys"])
         self.recurrent = tuple(self.manifest["state"]["recurrent"])
         self.static_keys = frozenset(k for k in self.keys if k not in self.recurrent)
         self.encoder_inputs = tuple(i.name for i in self.encoder.get_inputs())
         self.step_outputs = tuple(o.name for o in self.decoder.get_outputs())
         self.tgt_vocab = int(self.manifest["vocab"]["tgt_size"])
+
+    def _session(self, graph: str, threads: int | None) -> ort.InferenceSession:
+        options = session_options(threads)
+        for name, value in self.shared.get(graph, []):
+            options.add_initializer(name, value)
+        return ort.InferenceSession(str(self.dir / graph), options, providers=["CPUExecutionProvider"])
 
     def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The encoder's inputs (``src``, ``src_len``, ``src_ext`` (int64), ``features`` for a model with

@@ -165,6 +165,37 @@ def test_the_encoder_graph_holds_no_decoder_weight_past_the_cross_attention(expo
     assert all(digests(p.detach().numpy()) & set(stored) for p in cross)
 
 
+def external_segments(graph_path: Path) -> dict[str, tuple[int, int]]:
+    """Each initializer of a graph stored in the shared weights file: name -> (offset, length)."""
+    proto = onnx.load(str(graph_path), load_external_data=False)
+    return {
+        init.name: (int(info["offset"]), int(info["length"]))
+        for init in proto.graph.initializer
+        if init.data_location == onnx.TensorProto.EXTERNAL
+        for info in [{e.key: e.value for e in init.external_data}]
+        if info["location"] == "weights.bin"
+    }
+
+
+@pytest.mark.parametrize(("kind", "head"), GRID)
+def test_the_shared_embedding_is_stored_once_for_both_graphs(exported, kind, head) -> None:
+    """Both graphs keep their weights in weights.bin; the embedding both use (the backbone's shared
+    one) is one segment of it, which both graphs point at, and no two segments hold the same bytes."""
+    model, out, _ = exported(kind, head)
+    encoder, step = external_segments(out / "encoder.onnx"), external_segments(out / "step.onnx")
+    data = (out / "weights.bin").read_bytes()
+    segments = set(encoder.values()) | set(step.values())
+    contents = [hashlib.sha256(data[o : o + n]).hexdigest() for o, n in segments]
+    assert len(set(contents)) == len(contents)  # nothing stored twice
+    embedding = model.net.get_input_embeddings().weight.detach().numpy()
+    shared = [seg for seg in set(encoder.values()) & set(step.values()) if seg[1] == embedding.nbytes]
+    assert len(shared) == 1
+    offset, length = shared[0]
+    assert hashlib.sha256(data[offset : offset + length]).hexdigest() in digests(embedding)
+    # the file holds each segment once, each on a page boundary: no more than their sum and the padding
+    assert len(data) <= sum(n for _, n in segments) + 4096 * len(segments)
+
+
 def both_batches(tok: BackboneTokenizer, texts: list[str]):
     """The pipeline's batch of ``texts`` (the tokenizer's pieces) and the encoder graph's inputs."""
     batch = collate(tok.pieces(texts), None, tok.vocab, tok.vocab)

@@ -291,7 +291,15 @@ def test_manifest_describes_the_graphs(project) -> None:
         assert max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")) == manifest["opset"]
         assert sha256_file(out / graph["file"]) == graph["sha256"]
     serving = json.loads((out / "serving.json").read_text())
-    assert set(serving["files"]) == {"encoder.onnx", "step.onnx", "src.vocab", "tgt.vocab", "manifest.json"}
+    assert sha256_file(out / "weights.bin") == manifest["weights"]["sha256"]
+    assert set(serving["files"]) == {
+        "encoder.onnx",
+        "step.onnx",
+        "weights.bin",
+        "src.vocab",
+        "tgt.vocab",
+        "manifest.json",
+    }
     assert manifest["check"]["max_abs_log_prob_diff"] < 1e-4
 
 
