@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import faulthandler
 import io
 import json
 import os
@@ -260,6 +261,9 @@ def worker_args(job: TrainJob, params_path: str | None, mlflow_run_id: str | Non
 def worker_main(argv: list[str] | None = None) -> None:
     """``python -m pipeline.stages.train --task T --mechanism M [--params F] [--mlflow-run-id ID]``:
     one process of a torchrun job (rank 0 logs the learning curve to the run ``ID``)."""
+    # A native crash (SIGSEGV, or SIGABRT from a collective library's threads) prints every thread's
+    # Python stack before the process dies, so a failed node's log says where it was.
+    faulthandler.enable()
     parser = argparse.ArgumentParser(description="Train one mechanism on one task (one process of a torchrun job).")
     parser.add_argument("--task", required=True)
     parser.add_argument("--mechanism", required=True)

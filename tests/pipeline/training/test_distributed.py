@@ -6,6 +6,9 @@ batch, for every mechanism."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -232,6 +235,19 @@ def test_a_rank_that_completed_leaves_the_group_only_when_every_rank_has(tmp_pat
     written = float((tmp_path / "outputs_written").read_text())
     left = float((tmp_path / "rank0_left").read_text())
     assert (left >= written) == completed, (left, written)
+
+
+def test_a_worker_that_crashes_natively_prints_where_it_was():
+    """A training process killed by a native abort (as a collective library's thread may do) writes
+    its Python stack to stderr before it dies, so the node's log names the function."""
+    code = (
+        "import os, pipeline.stages.train as train\n"
+        "train.load_params = lambda *args: os.abort()  # a native crash once the worker runs\n"
+        "train.worker_main(['--task', 't', '--mechanism', 'copynet'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGABRT
+    assert "Fatal Python error: Aborted" in done.stderr and "in worker_main" in done.stderr, done.stderr
 
 
 def test_lost_contact_is_told_from_other_errors():
