@@ -4,9 +4,9 @@ numpy in, numpy out (what :mod:`pipeline.serving.onnx_search` drives). No torch.
 The export directory (``copyseq export``, :mod:`pipeline.serving.export`) holds ``manifest.json``
 (:data:`MANIFEST`), ``encoder.onnx``, ``step.onnx``, their weights ``weights.bin``, the vocabularies and
 ``serving.json``. A weight both graphs read (``weights.shared`` in the manifest) is loaded once and
-given to both sessions (:func:`shared_initializers`). The state
-the graphs pass is named in the manifest: ``static`` keys are fixed per source, ``recurrent`` keys
-are what a step changes (and what beam search reorders).
+given to both sessions (:func:`shared_initializers`). The state the graphs pass is named in the
+manifest: ``static`` keys are fixed per source, ``recurrent`` keys are what a step changes (and what
+beam search reorders).
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ class SharedWeights:
                 for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
                     tensor.ClearField(field)
                 del tensor.external_data[:]
-                for key, value in (("location", WEIGHTS_FILE), ("offset", offset), ("length", length)):
+                for entry_key, value in (("location", WEIGHTS_FILE), ("offset", offset), ("length", length)):
                     entry = tensor.external_data.add()
-                    entry.key, entry.value = key, str(value)
+                    entry.key, entry.value = entry_key, str(value)
                 tensor.data_location = onnx.TensorProto.EXTERNAL
         path = self.out_dir / name
         onnx.save(proto, str(path))
