@@ -28,9 +28,8 @@ from benchmarks.bench_export import BACKBONES, cold_start, sentences, write_back
 from pipeline.io.files import sha256_tree, write_json_atomic
 from pipeline.serving.export import Source, export_onnx
 from pipeline.serving.onnx_model import MANIFEST
+from pipeline.serving.onnx_predictor import SERVING_JSON
 from pipeline.serving.onnx_weights import WEIGHTS_FILE
-
-SERVING = "serving.json"
 
 
 def inline_copy(export: Path, out: Path) -> None:
@@ -47,9 +46,9 @@ def inline_copy(export: Path, out: Path) -> None:
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     del manifest["weights"]
     write_json_atomic(out / MANIFEST, manifest)
-    serving = json.loads((out / SERVING).read_text(encoding="utf-8"))  # the files' sha256, checked at loading
-    serving["files"] = {p.name: sha256_tree(p) for p in sorted(out.iterdir()) if p.name != SERVING}
-    write_json_atomic(out / SERVING, serving)
+    serving = json.loads((out / SERVING_JSON).read_text(encoding="utf-8"))  # the files' sha256, checked at loading
+    serving["files"] = {p.name: sha256_tree(p) for p in sorted(out.iterdir()) if p.name != SERVING_JSON}
+    write_json_atomic(out / SERVING_JSON, serving)
 
 
 def size_mb(export: Path) -> float:
