@@ -5,6 +5,9 @@
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers for make test / test-fast (make test TEST_WORKERS=0: one process, no workers)
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 .PHONY: install repro test test-fast lint bench clean-venv
 
@@ -20,10 +23,10 @@ repro: install
 	scripts/with_prefect_server.sh dvc repro
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(PYTEST)
 
 test-fast: lint   # no end-to-end tests (dvc repro, Prefect flows): docs/development.md gives its time
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(PYTEST) -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .
