@@ -132,7 +132,7 @@ def predict(ctx: typer.Context) -> None:
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
 def export(ctx: typer.Context) -> None:
-    """A trained model as ONNX: `export MODEL_DIR|--model URI --out DIR [--format onnx|hf] [--log]` (see --help)."""
+    """A trained model as ONNX: `export MODEL_DIR|--model URI --out DIR [--format onnx|hf] [--int8] [--log]` (see --help)."""
     _module("pipeline.serving.export", ctx.args)
 
 

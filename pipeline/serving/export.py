@@ -20,6 +20,10 @@ exporter versions and the numeric check). Before anything is written the graphs 
 PyTorch model on two batches of other sizes than the traced one for several steps: a
 log-probability off by more than :data:`CHECK_TOLERANCE` refuses the export.
 
+``--int8``: once the float graphs pass that check, their matrix and embedding weights are stored as
+int8 (:mod:`pipeline.serving.onnx_quantize`), and the manifest's ``quantization`` records how far the
+int8 graphs are from PyTorch on the same check (an approximation: no tolerance refuses it).
+
 ``--log`` (with ``--model``): the export is logged as the model ``model_onnx`` of the source model's
 run and registered as a version of ``<name>_onnx`` with the source's alias
 (:mod:`pipeline.serving.onnx_pyfunc`): ``mlflow models serve -m models:/<task>_onnx@champion``.
@@ -71,6 +75,7 @@ from pipeline.serving.onnx_graphs import (
 )
 from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
 from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
+from pipeline.serving.onnx_quantize import describe, quantize_graphs
 from pipeline.serving.onnx_weights import WEIGHTS_FILE, shared_segments
 from pipeline.serving.predict import checkpoint_settings
 from pipeline.training.checkpoints import load_file, load_model
@@ -149,13 +154,14 @@ def _reason(err: BaseException) -> str:
 
 
 @torch.no_grad()
-def check_graphs(model: torch.nn.Module, export_dir: Path, src_vocab: Vocab) -> float:
+def check_graphs(model: torch.nn.Module, export_dir: Path, src_vocab: Vocab) -> tuple[float, float]:
     """The largest |log p| difference between the graphs (onnxruntime) and ``model`` (PyTorch) over
     :data:`CHECK_STEPS` steps of :data:`CHECK_PROBES` (both fed PyTorch's best word each step), over
-    the entries PyTorch gives a probability (above NEG / 2)."""
+    the entries PyTorch gives a probability (above NEG / 2), and the share of those steps' rows where
+    both put the same word first."""
     onnx_model = OnnxModel(export_dir, threads=1)
     end_ids = sentence_end_ids(model, src_vocab)
-    worst = 0.0
+    worst, same, rows_seen = 0.0, 0, 0
     for seed, (rows, steps, n_ext) in enumerate(CHECK_PROBES, start=100):
         src, src_len, src_ext, features = probe_inputs(model, rows, steps, n_ext, seed, end_ids)
         words = [[src_vocab.token(i) for i in row[:n]] for row, n in zip(src.tolist(), src_len.tolist())]
@@ -173,7 +179,9 @@ def check_graphs(model: torch.nn.Module, export_dir: Path, src_vocab: Vocab) -> 
             live = want > NEG / 2
             worst = max(worst, float(np.abs(onnx_log_probs[live] - want[live]).max()))
             prev = log_probs.argmax(-1)
-    return worst
+            same += int((onnx_log_probs.argmax(-1) == prev.numpy()).sum())
+            rows_seen += rows
+    return worst, same / rows_seen
 
 
 def _graph_entry(path: Path, inputs, outputs) -> dict:
@@ -186,9 +194,16 @@ def _graph_entry(path: Path, inputs, outputs) -> dict:
 
 
 def manifest(
-    source: Source, ckpt: dict, specs: GraphSpecs, out: Path, vocabs: tuple[Vocab, Vocab], diff: float | None
+    source: Source,
+    ckpt: dict,
+    specs: GraphSpecs,
+    out: Path,
+    vocabs: tuple[Vocab, Vocab],
+    diff: float | None,
+    quantization: dict | None = None,
 ) -> dict:
-    """The export's description (module docstring)."""
+    """The export's description (module docstring); ``diff`` is the float graphs' check, ``quantization``
+    the int8 graphs' description and check (None: float32 weights)."""
     cfg = source.config
     return {
         "format": FORMAT,
@@ -233,12 +248,15 @@ def manifest(
             "tolerance": CHECK_TOLERANCE,
             "probes": [list(p) for p in CHECK_PROBES],
         },
+        "quantization": quantization,
     }
 
 
-def export_onnx(source: Source, out_dir: Path) -> dict:
+def export_onnx(source: Source, out_dir: Path, int8: bool = False) -> dict:
     """Export ``source`` into ``out_dir`` (replaced as a whole, only once everything is written and
-    checked); returns the manifest."""
+    checked); returns the manifest. ``int8``: once the float graphs pass the check, their matrix and
+    embedding weights are stored as int8 (:mod:`pipeline.serving.onnx_quantize`), and the manifest
+    records how far those graphs are from PyTorch on the same check."""
     ckpt = load_file(source.model_pt)
     base = ckpt.get("mechanism") or source.config.mechanism
     on_backbone = runs_on_backbone(base)
@@ -264,12 +282,18 @@ def export_onnx(source: Source, out_dir: Path) -> dict:
                 f"({_reason(err)}); supported: {SUPPORTED}"
             ) from None
         write_json_atomic(work / MANIFEST, manifest(source, ckpt, specs, work, vocabs, None))  # what the check reads
-        diff = check_graphs(model, work, vocabs[0])
+        diff, _ = check_graphs(model, work, vocabs[0])
         if not diff <= CHECK_TOLERANCE:
             raise ExportRefused(
                 f"{source.described}: the ONNX graphs of this {source.config.mechanism} model differ from PyTorch by "
                 f"{diff:.3g} in a log-probability (more than {CHECK_TOLERANCE:g}); supported: {SUPPORTED}"
             )
+        quantization = None
+        if int8:
+            quantize_graphs(work, [ENCODER_FILE, STEP_FILE])
+            write_json_atomic(work / MANIFEST, manifest(source, ckpt, specs, work, vocabs, diff, {}))
+            int8_diff, same_first = check_graphs(model, work, vocabs[0])
+            quantization = {**describe(), "max_abs_log_prob_diff": int8_diff, "same_first_word": same_first}
         for name in ("src.vocab", "tgt.vocab", FEATURES_VOCAB):
             if (source.vocab_dir / name).is_file():
                 shutil.copyfile(source.vocab_dir / name, work / name)
@@ -278,7 +302,7 @@ def export_onnx(source: Source, out_dir: Path) -> dict:
         if (source.vocab_dir / RECORD).is_file():  # a backbone's tokenizer, for the predictor
             shutil.copytree(source.vocab_dir / TOKENIZER_DIR, work / TOKENIZER_DIR)
             shutil.copyfile(source.vocab_dir / RECORD, work / RECORD)
-        info = manifest(source, ckpt, specs, work, vocabs, diff)
+        info = manifest(source, ckpt, specs, work, vocabs, diff, quantization)
         write_json_atomic(work / MANIFEST, info)
         files = {p.name: sha256_tree(p) for p in sorted(work.iterdir()) if p.name != "serving.json"}
         extra = {**source.config.extra, "exported_from": source.described}
@@ -313,6 +337,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--task", help="the task of a checkpoint directory (default: its parent's name)")
     parser.add_argument("--mechanism", help="the row of a checkpoint directory (default: its name)")
     parser.add_argument("--vocab", default=None, help="vocabulary directory (default: data/vocab/<task>)")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="store the matrix and embedding weights as int8 (a quarter of their size; an approximation: "
+        "docs/export.md)",
+    )
     args = parser.parse_args(argv)
     if bool(args.model_dir) == bool(args.model):
         parser.error("give one model: MODEL_DIR or --model URI")
@@ -320,6 +350,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--log needs --model: the ONNX model is logged into the registered model's run")
     if args.log and args.format != "onnx":
         parser.error("--log logs an ONNX export (--format onnx)")
+    if args.int8 and args.format != "onnx":
+        parser.error("--int8 quantizes an ONNX export (--format onnx)")
     return args
 
 
@@ -350,11 +382,17 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         )
         print(f"{PROG}: wrote {path}")
         return
-    info = export_onnx(source, out)
+    info = export_onnx(source, out, int8=args.int8)
     print(
         f"{PROG}: wrote {out} ({info['mechanism']}, opset {info['opset']}, state {len(info['state']['keys'])} "
         f"tensors; largest log-probability difference to PyTorch {info['check']['max_abs_log_prob_diff']:.2g})"
     )
+    if info["quantization"]:
+        q = info["quantization"]
+        print(
+            f"{PROG}: int8 weights: largest log-probability difference to PyTorch {q['max_abs_log_prob_diff']:.2g}, "
+            f"the same first word in {q['same_first_word']:.1%} of the check's steps"
+        )
     if args.log:
         uri = log_onnx_model(source.run_id, out, input_example(model_dir))
         name, version = register_twin(uri, args.model, source.config.task, source.config.mechanism)

@@ -1,7 +1,8 @@
 """ONNX export of CopyNet (with its selective read) and the pointer-generator (with coverage) on the GRU
 decoders: the exported graphs with the numpy search give the PyTorch search's n-best lists and scores
 (greedy, beam 1 and 10, every search option), the predictor's outputs, in a process where torch
-cannot be imported too; the manifest describes the graphs; an untraceable model is refused.
+cannot be imported too; the manifest describes the graphs; an untraceable model is refused; ``--int8``
+stores every matrix and embedding weight in 8 bits and answers as the float export on the toy sources.
 
 Tiny models (emb 16, hidden 24) trained for 40 steps on the toy copy task (a second: their outputs
 end with </s> at various lengths and copy the unseen fillers), saved as the train stage saves them,
@@ -301,6 +302,79 @@ def test_manifest_describes_the_graphs(project) -> None:
         "manifest.json",
     }
     assert manifest["check"]["max_abs_log_prob_diff"] < 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# --int8: the matrix and embedding weights stored as int8
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def int8_exports(project, tmp_path_factory) -> dict[str, Path]:
+    root, _ = project
+    out = {}
+    for row in ROWS:
+        out[row] = tmp_path_factory.mktemp("int8") / row
+        args = [
+            str(root / "data/checkpoints" / TASK / row),
+            "--out",
+            str(out[row]),
+            "--params",
+            str(root / "params.yaml"),
+        ]
+        assert export_main([*args, "--int8"]) == 0
+    return out
+
+
+def large_weights(proto, node) -> list:
+    """The initializers of 1 KB or more that ``node`` reads, as numpy arrays."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in proto.graph.initializer}
+    arrays = [numpy_helper.to_array(inits[name]) for name in node.input if name in inits]
+    return [a for a in arrays if a.nbytes >= 1024]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_int8_stores_every_matrix_and_embedding_weight_in_8_bits(project, int8_exports, row) -> None:
+    import onnx
+
+    _, exports = project
+    for graph in ("encoder.onnx", "step.onnx"):
+        before = onnx.load(str(exports[row] / graph))
+        after = onnx.load(str(int8_exports[row] / graph))
+        quantized = [n for n in before.graph.node if n.op_type in ("MatMul", "Gather") and large_weights(before, n)]
+        assert quantized, graph  # each graph has such weights to quantize
+        for node in after.graph.node:
+            if node.op_type in ("MatMul", "Gather", "MatMulInteger"):
+                assert all(w.dtype.itemsize == 1 for w in large_weights(after, node)), (graph, node.name)
+        assert sum(n.op_type == "MatMulInteger" for n in after.graph.node) >= 1, graph
+    float_bytes = (exports[row] / "weights.bin").stat().st_size
+    int8_bytes = (int8_exports[row] / "weights.bin").stat().st_size
+    assert int8_bytes < 0.6 * float_bytes, (int8_bytes, float_bytes)
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_int8_export_records_its_distance_and_answers_as_its_float_twin(project, int8_exports, row) -> None:
+    _, exports = project
+    manifest = json.loads((int8_exports[row] / "manifest.json").read_text())
+    q = manifest["quantization"]
+    assert q["weights"] == "int8" and q["ops"] == ["MatMul", "Gather"] and q["per_channel"] is True
+    assert manifest["check"]["max_abs_log_prob_diff"] < 1e-4  # the float graphs, checked before quantizing
+    assert 1e-4 < q["max_abs_log_prob_diff"] < 1.0  # int8 moves the log-probabilities, a little
+    assert q["same_first_word"] >= 0.9
+    assert json.loads((exports[row] / "manifest.json").read_text())["quantization"] is None
+    texts = [" ".join(s) for s in sources(48, seed=7)]
+    want = OnnxPredictor(exports[row], threads=1).predict(texts)
+    got = OnnxPredictor(int8_exports[row], threads=1).predict(texts)
+    same = sum(g["output"] == w["output"] for g, w in zip(got, want, strict=True))
+    assert same >= 0.9 * len(texts), same
+    assert any(r["copied"] for r in got)  # the unseen fillers are still copied
+
+
+def test_int8_is_refused_for_a_hugging_face_folder(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        export_main([str(tmp_path), "--out", str(tmp_path / "out"), "--format", "hf", "--int8"])
+    assert exit_.value.code == 2 and "--int8 quantizes an ONNX export (--format onnx)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_changed_file_is_refused(project, tmp_path) -> None:
