@@ -26,7 +26,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from pipeline.serving.onnx_weights import SharedWeights
 
 OPS = ("MatMul", "Gather")  # the op types whose constant weights become int8
-PER_CHANNEL = True  # one scale per output column, the finer of the two (on copy_rules both moved the same outputs)
+PER_CHANNEL = True  # one scale per output column: the finer choice (one per tensor changed as many copy_rules outputs)
 
 
 def quantize_graphs(export_dir: Path, graph_files: list[str]) -> None:

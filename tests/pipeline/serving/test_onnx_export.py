@@ -99,17 +99,19 @@ def write_project(root: Path, rows: dict, steps: int = 40) -> Path:
     return root
 
 
-def export_rows(root: Path, rows: dict) -> dict[str, Path]:
-    """Each row exported with ``copyseq export``'s code; the export directories by row."""
+def export_rows(root: Path, rows: dict, folder: str = "exports", options: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Each row exported with ``copyseq export``'s code (and ``options``) under ``root/folder``; the
+    export directories by row."""
     out = {}
     for row in rows:
-        out[row] = root / "exports" / row
+        out[row] = root / folder / row
         args = [
             str(root / "data/checkpoints" / TASK / row),
             "--out",
             str(out[row]),
             "--params",
             str(root / "params.yaml"),
+            *options,
         ]
         assert export_main(args) == 0
     return out
@@ -308,20 +310,9 @@ def test_manifest_describes_the_graphs(project) -> None:
 # --int8: the matrix and embedding weights stored as int8
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def int8_exports(project, tmp_path_factory) -> dict[str, Path]:
+def int8_exports(project) -> dict[str, Path]:
     root, _ = project
-    out = {}
-    for row in ROWS:
-        out[row] = tmp_path_factory.mktemp("int8") / row
-        args = [
-            str(root / "data/checkpoints" / TASK / row),
-            "--out",
-            str(out[row]),
-            "--params",
-            str(root / "params.yaml"),
-        ]
-        assert export_main([*args, "--int8"]) == 0
-    return out
+    return export_rows(root, ROWS, "exports_int8", ("--int8",))
 
 
 def large_weights(proto, node) -> list:
