@@ -31,7 +31,7 @@ PER_CHANNEL = True  # one scale per output column: the finer choice (one per ten
 
 def quantize_graphs(export_dir: Path, graph_files: list[str]) -> None:
     """Rewrite ``export_dir``'s graphs (float32, weights in ``weights.bin``) with int8 weights, in place."""
-    quiet = logging.getLogger().level
+    level = logging.getLogger().level
     logging.getLogger().setLevel(logging.ERROR)  # its advice to run shape inference first is for static shapes
     try:
         with tempfile.TemporaryDirectory(prefix=".int8-", dir=export_dir) as tmp:
@@ -46,7 +46,7 @@ def quantize_graphs(export_dir: Path, graph_files: list[str]) -> None:
                 )
             protos = [onnx.load(str(Path(tmp) / name)) for name in graph_files]  # with their weights, in memory
     finally:
-        logging.getLogger().setLevel(quiet)
+        logging.getLogger().setLevel(level)
     weights = SharedWeights(export_dir)  # a new weights.bin: the float one is no longer read
     for proto, name in zip(protos, graph_files):
         weights.save(proto, name)
