@@ -34,11 +34,10 @@ from pipeline.config.rows import stage_params
 from pipeline.config.schema import check_params_file
 from pipeline.decoding.settings import EvalConfig
 from pipeline.io.shards import read_split
-from pipeline.serving.export import ExportRefused, Source, export_onnx
+from pipeline.serving.export import ExportRefused, Source, checkpoint_source, export_onnx
 from pipeline.serving.onnx_model import OnnxModel
 from pipeline.serving.onnx_predictor import OnnxPredictor, decode_rows
 from pipeline.serving.onnx_weights import WEIGHTS_FILE
-from pipeline.serving.predict import checkpoint_settings
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
 
 KINDS = ("float32", "int8")
@@ -52,9 +51,8 @@ def trained_row(task: str, row: str, params_file: str | None, tmp: Path) -> dict
     """Both exports of one trained row decoding the validation split."""
     paths = TaskPaths(task, project_root(params_file))
     cfg = EvalConfig.from_params(stage_params(check_params_file(params_file), task, row))
-    checkpoint = paths.checkpoints(row)
-    vocab_dir, config, subword = checkpoint_settings(checkpoint, task, row, params_file)
-    source = Source(checkpoint / "model.pt", vocab_dir, config, subword, str(checkpoint))
+    source = checkpoint_source(paths.checkpoints(row), task, row, params_file)
+    vocab_dir = source.vocab_dir
     table = read_split(paths.split("valid"))
     golds = table.column("tgt").to_pylist()
     features = table.column("features").to_pylist() if "features" in table.column_names else None

@@ -43,11 +43,10 @@ from pipeline.decoding.search import beam_search as torch_search  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.io.shards import first_rows, read_split  # noqa: E402
 from pipeline.serving import onnx_predictor  # noqa: E402
-from pipeline.serving.export import ExportRefused, Source, export_onnx  # noqa: E402
+from pipeline.serving.export import ExportRefused, checkpoint_source, export_onnx  # noqa: E402
 from pipeline.serving.onnx_model import OnnxModel  # noqa: E402
 from pipeline.serving.onnx_predictor import decode_rows  # noqa: E402
 from pipeline.serving.onnx_search import beam_search as onnx_search  # noqa: E402
-from pipeline.serving.predict import checkpoint_settings  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab  # noqa: E402
 
@@ -81,14 +80,8 @@ def check_row(task: str, row: str, params_file: str | None, split: str, limit: i
     params = stage_params(check_params_file(params_file), task, row)
     cfg = EvalConfig.from_params(params)
     checkpoint = paths.checkpoints(row)
-    vocab_dir, config, subword = checkpoint_settings(checkpoint, task, row, params_file)
-    source = Source(
-        checkpoint / "model.pt",
-        vocab_dir,
-        config,
-        subword,
-        str(checkpoint),
-    )
+    source = checkpoint_source(checkpoint, task, row, params_file)
+    vocab_dir = source.vocab_dir
     table = first_rows(read_split(paths.split(split)), limit)
     vocabs = (Vocab.load(vocab_dir / "src.vocab"), Vocab.load(vocab_dir / "tgt.vocab"))
     features_vocab = Vocab.load(vocab_dir / FEATURES_VOCAB) if (vocab_dir / FEATURES_VOCAB).is_file() else None

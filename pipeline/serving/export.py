@@ -54,6 +54,7 @@ import onnx
 import onnxruntime
 import onnxscript
 import torch
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
 from models.extended import NEG
 from models.registry import runs_on_backbone
@@ -129,8 +130,16 @@ def source_from_dir(path: Path, args: argparse.Namespace) -> Source:
         raise ExportRefused(
             f"{path}: neither a checkpoint directory (model.pt) nor a logged model (artifacts/serving.json)"
         )
-    vocab_dir, config, subword = checkpoint_settings(path, args.task, args.mechanism, args.params, args.vocab)
-    return Source(path / "model.pt", vocab_dir, config, subword, str(path))
+    return checkpoint_source(path, args.task, args.mechanism, args.params, args.vocab)
+
+
+def checkpoint_source(
+    checkpoint: Path, task: str | None, row: str | None, params_file: str | None, vocab: str | None = None
+) -> Source:
+    """A checkpoint directory of the training stage, with its task's vocabularies and serving settings
+    from ``params_file`` (what ``predict --checkpoint`` reads)."""
+    vocab_dir, config, subword = checkpoint_settings(checkpoint, task, row, params_file, vocab)
+    return Source(checkpoint / "model.pt", vocab_dir, config, subword, str(checkpoint))
 
 
 def input_example(model_dir: Path) -> list[str] | None:
@@ -182,6 +191,30 @@ def check_graphs(model: torch.nn.Module, export_dir: Path, src_vocab: Vocab) -> 
             same += int((onnx_log_probs.argmax(-1) == prev.numpy()).sum())
             rows_seen += rows
     return worst, same / rows_seen
+
+
+# onnxruntime's errors when a graph does not run (each derives from Exception: no common base class)
+GRAPH_RUN_ERRORS = (
+    ort_errors.Fail,
+    ort_errors.InvalidArgument,
+    ort_errors.InvalidGraph,
+    ort_errors.NotImplemented,
+    ort_errors.RuntimeException,
+)
+
+
+def _checked(
+    source: Source, model: torch.nn.Module, export_dir: Path, src_vocab: Vocab, graphs: str
+) -> tuple[float, float]:
+    """:func:`check_graphs`, with graphs that onnxruntime cannot run on the check's inputs refused in one
+    line (``graphs``: which ones, as the message names them)."""
+    try:
+        return check_graphs(model, export_dir, src_vocab)
+    except GRAPH_RUN_ERRORS as err:
+        raise ExportRefused(
+            f"{source.described}: the {graphs} ONNX graphs of this {source.config.mechanism} model do not run on the "
+            f"check's inputs ({_reason(err)}); supported: {SUPPORTED}"
+        ) from None
 
 
 def _graph_entry(path: Path, inputs, outputs) -> dict:
@@ -282,7 +315,7 @@ def export_onnx(source: Source, out_dir: Path, int8: bool = False) -> dict:
                 f"({_reason(err)}); supported: {SUPPORTED}"
             ) from None
         write_json_atomic(work / MANIFEST, manifest(source, ckpt, specs, work, vocabs, None))  # what the check reads
-        diff, _ = check_graphs(model, work, vocabs[0])
+        diff, _ = _checked(source, model, work, vocabs[0], "float32")
         if not diff <= CHECK_TOLERANCE:
             raise ExportRefused(
                 f"{source.described}: the ONNX graphs of this {source.config.mechanism} model differ from PyTorch by "
@@ -292,7 +325,7 @@ def export_onnx(source: Source, out_dir: Path, int8: bool = False) -> dict:
         if int8:
             quantize_graphs(work, [ENCODER_FILE, STEP_FILE])
             write_json_atomic(work / MANIFEST, manifest(source, ckpt, specs, work, vocabs, diff, {}))
-            int8_diff, same_first = check_graphs(model, work, vocabs[0])
+            int8_diff, same_first = _checked(source, model, work, vocabs[0], "int8")
             quantization = {**describe(), "max_abs_log_prob_diff": int8_diff, "same_first_word": same_first}
         for name in ("src.vocab", "tgt.vocab", FEATURES_VOCAB):
             if (source.vocab_dir / name).is_file():

@@ -503,6 +503,33 @@ def _set_shapes(model_proto: onnx.ModelProto, outputs: tuple[TensorSpec, ...]) -
                 dim.dim_value = axis
 
 
+# The recurrent ops whose decomposition torch.onnx swaps, while it captures a graph with dynamic sizes,
+# for one that keeps the sequence length symbolic (a ``while_loop``; torch.export._patches).
+RNN_OPS = (torch.ops.aten.lstm.input, torch.ops.aten.gru.input)
+
+
+@contextmanager
+def fresh_rnn_dispatch() -> Iterator[None]:
+    """Each of :data:`RNN_OPS` resolves its decomposition afresh, inside and after the block.
+
+    Written by hand because torch (2.13) swaps the decomposition by assigning it into the op's
+    ``py_kernels`` without clearing the op's dispatch cache. Once an earlier export has run an
+    ``nn.LSTM``/``nn.GRU`` outside the swap (its step graph's decompositions), the cache keeps the
+    default decomposition, which loops over the sequence in Python: the next export in the same process
+    specialised its source length to the trace's (a WEAN export, then a Read-Again one), and its graph
+    failed on any other length."""
+
+    def clear() -> None:
+        for rnn_op in RNN_OPS:
+            rnn_op._dispatch_cache.clear()  # torch's private cache: no public way to reset one op's
+
+    clear()
+    try:
+        yield
+    finally:
+        clear()
+
+
 def _export(
     module: nn.Module, args: tuple, names: tuple, dynamic: tuple, outputs: tuple, weights: SharedWeights, name: str
 ) -> None:
@@ -512,7 +539,7 @@ def _export(
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)  # its notes on optional packages (torchvision) it does not need
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), fresh_rnn_dispatch():
             warnings.simplefilter("ignore")  # the exporter's notes on its own internals; its progress lines
             program = torch.onnx.export(
                 module,

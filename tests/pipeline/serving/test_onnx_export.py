@@ -399,6 +399,22 @@ def test_an_untraceable_model_is_refused_in_one_line(tmp_path, capsys) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_graphs_that_onnxruntime_cannot_run_on_the_check_are_refused_in_one_line(tmp_path, capsys, monkeypatch) -> None:
+    """Graphs traced with every size fixed (no dynamic axes) fail in onnxruntime on the check's other
+    sizes: the command refuses them in one line naming onnxruntime's reason, and writes nothing."""
+    from pipeline.serving import onnx_graphs
+
+    monkeypatch.setattr(onnx_graphs, "_dynamic_shapes", lambda specs, dims: [{} for _ in specs])
+    root = write_project(tmp_path, {"copynet": ("copynet", {}, {})}, steps=0)
+    args = [str(root / "data/checkpoints" / TASK / "copynet"), "--out", str(tmp_path / "out")]
+    assert export_main([*args, "--params", str(root / "params.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("copyseq-export: error:")
+    assert "the float32 ONNX graphs of this copynet model do not run on the check's inputs" in err
+    assert "INVALID_ARGUMENT" in err and "Got invalid dimensions for input" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_out_directory_that_is_not_an_export_is_refused_and_kept(tmp_path, capsys) -> None:
     """--out names a directory of the user's: refused before any work, every file kept."""
     root = write_project(tmp_path, {"copynet": ("copynet", {}, {})}, steps=0)

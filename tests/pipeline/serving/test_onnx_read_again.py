@@ -8,12 +8,14 @@ are not source words is refused in one line. Tiny models (emb 16, hidden 24) tra
 toy copy task; the project and checks of test_onnx_export.py.
 
 Two exports per module (about 20 s each on two busy cores): the one-sentence rows run by default,
-the multi-sentence ones are marked slow.
+the multi-sentence ones are marked slow, and so is the export after WEAN's in one process (torch's
+cached LSTM decomposition).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -119,3 +121,19 @@ def test_sentence_ends_outside_the_source_vocabulary_are_refused_in_one_line(tmp
     assert len(err.splitlines()) == 1 and err.startswith("copyseq-export: error:")
     assert "model.read_again.sentences opt1" in err and "['.']" in err and "supported: CopyNet" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_an_lstm_read_again_exported_after_wean_in_one_process_keeps_any_source_length(tmp_path) -> None:
+    """WEAN's step graph runs an LSTM through its default decomposition, which torch caches for the op;
+    the Read-Again export after it, in the same process, must still trace its LSTM reads with a symbolic
+    source length (torch.onnx's while-loop decomposition): it passes the export's check on other
+    lengths, and its encoder's inputs keep the length as a named axis."""
+    rows = {"wean": ("wean", {}, {}), "ra_lstm": ("read_again", {}, {})}
+    root = write_project(tmp_path, rows, steps=0)
+    exports = {}
+    for row in rows:  # in this order, one after the other: export_rows asserts each command's exit 0
+        exports.update(export_rows(root, {row: rows[row]}))
+    encoder = onnx.load(str(exports["ra_lstm"] / "encoder.onnx"), load_external_data=False)
+    src_axes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in encoder.graph.input}
+    assert src_axes["src"] == ["batch", "src"] and src_axes["src_ext"] == ["batch", "src"], src_axes
