@@ -37,6 +37,37 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
     return retrain(params_path, run_stamp, step=prefect_step)
 
 
+def check_project(params_path: Path) -> None:
+    """``params_path`` is the params.yaml of a project checkout: a run works in the params file's
+    directory (``dvc pull``/``dvc repro`` there, ``data/retrain/<task>/`` written there), so a params
+    file without the project's dvc.yaml beside it is refused before anything is written."""
+    if not (params_path.parent / "dvc.yaml").is_file():
+        raise SettingsError(
+            f"--params {params_path}: not a project's params file (no dvc.yaml beside it); retraining runs dvc "
+            "and writes data/retrain/ in the params file's directory: give the params.yaml of a project checkout"
+        )
+
+
+def check_prefect_server(url: str) -> None:
+    """A Prefect server answers at ``url`` (its ``/health``), else one line naming PREFECT_API_URL,
+    rather than the client's connection traceback once the flow starts."""
+    import httpx  # Prefect's own HTTP client
+
+    health = url.rstrip("/") + "/health"
+    try:
+        response = httpx.get(health, timeout=10)
+    except (httpx.HTTPError, ValueError) as err:  # refused, timed out, not a URL
+        problem = f"{type(err).__name__}: {err}"
+    else:
+        if response.status_code == 200:
+            return
+        problem = f"GET {health} answered HTTP {response.status_code}"
+    raise SettingsError(
+        f"PREFECT_API_URL={url}: no Prefect server answers there ({problem.splitlines()[0]}); start one "
+        "(docs/tracking.md, 'Scheduled retraining'; scripts/with_prefect_server.sh does it) or fix the URL"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m flows.retrain {serve,run} [--params FILE]``."""
     parser = argparse.ArgumentParser(prog="python -m flows.retrain", description=__doc__.split("\n\n")[0])
@@ -50,17 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     params_path = str(Path(args.params).resolve()) if args.params else None
     try:
         check_params_file(params_path)  # every setting typed and checked first, or one line
+        if params_path:
+            check_project(Path(params_path))
+        if args.command == "serve" and not os.environ.get("PREFECT_API_URL"):
+            raise SettingsError(
+                "serve needs a running Prefect server: export PREFECT_API_URL=http://127.0.0.1:4200/api "
+                "(see docs/tracking.md, 'Scheduled retraining')"
+            )
+        if os.environ.get("PREFECT_API_URL"):  # run uses it too, when set
+            check_prefect_server(os.environ["PREFECT_API_URL"])
     except SettingsError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
     if args.command == "run":
         retrain_flow(params_path)
         return 0
-    if not os.environ.get("PREFECT_API_URL"):
-        parser.error(
-            "serve needs a running Prefect server: export PREFECT_API_URL=http://127.0.0.1:4200/api "
-            "(see docs/tracking.md, 'Scheduled retraining')"
-        )
     cfg = RetrainConfig.from_dict(section(load_params(params_path), "retrain"))
     retrain_flow.serve(
         name=cfg.deployment_name,

@@ -20,15 +20,20 @@ modules keep working alone and every entry process pins its math libraries as be
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from pipeline.config.params import REPO_ROOT, load_params
 from pipeline.config.tasks import task_names
+from pipeline.config.validation import SettingsError
+from pipeline.tracking.registry import serving_problem  # imports MLflow only when called
 
 app = typer.Typer(
     name="copyseq",
@@ -39,17 +44,22 @@ app = typer.Typer(
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
-def _call(cmd: list[str]) -> None:
-    """Run ``cmd`` in the project root and leave with its exit code."""
-    raise typer.Exit(subprocess.call(cmd, cwd=REPO_ROOT))
+def _call(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = REPO_ROOT) -> None:
+    """Run ``cmd`` in ``cwd`` (default: the project root, where DVC and the server run; None: the user's
+    directory), with ``env`` (else this process's environment), and leave with its exit code."""
+    sys.stdout.flush()  # what this process printed comes before the child's output, also into a pipe
+    raise typer.Exit(subprocess.call(cmd, cwd=cwd, env=env))
 
 
+# The pass-through subcommands run in the user's directory: the paths they are given (`--input in.txt`,
+# `--out exports/`, `--params my.yaml`) mean what they mean in the user's shell. Their defaults are the
+# project's own files (absolute paths), wherever they run.
 def _module(module: str, args: list[str]) -> None:
-    _call([sys.executable, "-m", module, *args])
+    _call([sys.executable, "-m", module, *args], cwd=None)
 
 
 def _script(name: str, args: list[str]) -> None:
-    _call([sys.executable, str(REPO_ROOT / "scripts" / name), *args])
+    _call([sys.executable, str(REPO_ROOT / "scripts" / name), *args], cwd=None)
 
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -95,24 +105,55 @@ def run(
 ) -> None:
     """One task's stages alone: its settings, prepare, vocab, and train and evaluate of each row."""
     params = load_params()
-    targets = run_targets(params, task, mechanism or []) + (["compare"] if compare else [])
+    targets = run_targets(params, task, mechanism or [])
+    rows = mechanism or list(params.get("mechanisms") or [])
+    after = ["compare"] if compare else []
     if dry and not (REPO_ROOT / "data" / "shards" / task).is_dir():
         # `dvc repro --dry` hashes the vocab and train stages' deps inside prepare's output, which
         # does not exist before prepare has run (DVC then fails): every stage of the task would run.
-        rows = mechanism or list(params.get("mechanisms") or [])
-        stages = ["settings", f"prepare@{task}", f"vocab@{task}"]
-        stages += [f"{stage}@{task}-{row}" for row in rows for stage in ("train", "evaluate")]
-        print(f"prepare has not run for {task} yet, so every stage of it would run:")
-        print("\n".join(f"Running stage '{stage}'" for stage in stages + (["compare"] if compare else [])))
+        stages = ["settings", f"prepare@{task}", f"vocab@{task}", *_row_stages(task, rows), *after]
+        _preview(f"prepare has not run for {task} yet, so every stage of it would run:", stages)
         raise typer.Exit(0)
     if dry:
-        _call([sys.executable, "-m", "dvc", "repro", "--dry", *targets])  # this environment's dvc, activated or not
-    _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *targets])
+        new = [row for row in rows if not _row_has_run(task, row)]
+        if new:
+            # A row just listed under `mechanisms` has no settings file or checkpoint yet, which its
+            # train and evaluate stages depend on (DVC then fails): its stages would run; DVC previews the rest.
+            settings = ["settings"] if any(not _row_settings(task, row).is_file() for row in new) else []
+            _preview(
+                f"{', '.join(new)} of {task} not run here yet (no settings file or checkpoint), so these stages would run:",
+                [*settings, *_row_stages(task, new), *after],
+            )
+            targets, after = [f"evaluate@{task}-{row}" for row in rows if row not in new], []
+            if not targets:
+                raise typer.Exit(0)
+        _call([sys.executable, "-m", "dvc", "repro", "--dry", *targets, *after])  # this environment's dvc
+    _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *targets, *after])
+
+
+def _row_settings(task: str, row: str) -> Path:
+    return REPO_ROOT / "data" / "settings" / task / f"{row}.json"
+
+
+def _row_has_run(task: str, row: str) -> bool:
+    """Whether ``dvc repro --dry`` can preview the row: its settings file and its checkpoint exist."""
+    return _row_settings(task, row).is_file() and (REPO_ROOT / "data" / "checkpoints" / task / row).is_dir()
+
+
+def _row_stages(task: str, rows: list[str]) -> list[str]:
+    return [f"{stage}@{task}-{row}" for row in rows for stage in ("train", "evaluate")]
+
+
+def _preview(header: str, stages: list[str]) -> None:
+    """Stages that would run, printed as `dvc repro --dry` names them."""
+    print(header)
+    print("\n".join(f"Running stage '{stage}'" for stage in stages))
 
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
 def repro(ctx: typer.Context) -> None:
     """The whole pipeline: `dvc repro [ARGS]` with one local Prefect server (`--dry`: none needed)."""
+    _check_repro_args(ctx, ctx.args)
     if "--dry" in ctx.args:
         unprepared = [t for t in task_names(load_params()) if not (REPO_ROOT / "data" / "shards" / t).is_dir()]
         if unprepared:
@@ -122,6 +163,32 @@ def repro(ctx: typer.Context) -> None:
             _call([sys.executable, "-m", "dvc", "status", *(a for a in ctx.args if not a.startswith("-"))])
         _call([sys.executable, "-m", "dvc", "repro", *ctx.args])
     _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *ctx.args])
+
+
+def _check_repro_args(ctx: typer.Context, args: list[str]) -> None:
+    """Refuse, before DVC or a Prefect server starts, what `dvc repro` would refuse with its own exit
+    codes (255, 254): an option it does not have, a target that is no stage of dvc.yaml. Parsed by
+    DVC's own `repro` parser and collected as `dvc repro` collects its targets, so both agree."""
+    if "-h" in args or "--help" in args:
+        return  # DVC's help, as before
+    from dvc.cli.parser import get_main_parser
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages
+
+    def refuse(message: str, cmd_cls=None) -> None:  # DVC's parser prints its help before erring: one line instead
+        ctx.fail(f"repro: {message} (copyseq repro --help: its options)")
+
+    parser = next(a.choices["repro"] for a in get_main_parser()._actions if isinstance(a.choices, dict))
+    parser.error = refuse
+    known, unknown = parser.parse_known_args(args)
+    if unknown:
+        refuse(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        with contextlib.chdir(REPO_ROOT), Repo(str(REPO_ROOT)) as repo:  # dvc runs there: targets are relative to it
+            collect_stages(repo, known.targets or ["dvc.yaml"], recursive=known.recursive, glob=known.glob)
+    except DvcException as err:
+        ctx.fail(f"repro: {err} (dvc stage list: the stages)")
 
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -138,31 +205,66 @@ def export(ctx: typer.Context) -> None:
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     task: Annotated[str, typer.Argument(help="the task whose registered champion is served")],
-    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5001,
+    port: Annotated[int, typer.Option(help="a free port on 127.0.0.1 (1-65535)")] = 5001,
     alias: Annotated[str, typer.Option(help="the registry alias (or a version number)")] = "champion",
 ) -> None:
     """The registered model of a task over HTTP on 127.0.0.1 (`mlflow models serve`, no conda/venv)."""
+    _check_port(port)
     prefix = (load_params().get("tracking") or {}).get("registry_prefix") or ""
-    uri = f"models:/{prefix}{task}/{alias}" if alias.isdigit() else f"models:/{prefix}{task}@{alias}"
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{REPO_ROOT / 'mlflow.db'}")
-    _call(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "models",
-            "serve",
-            "-m",
-            uri,
-            "--host",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "--env-manager",
-            "local",
-        ]
-    )
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO_ROOT / 'mlflow.db'}"
+    _check_registered(ctx, uri, task, f"{prefix}{task}", alias)
+    model = f"models:/{prefix}{task}/{alias}" if alias.isdigit() else f"models:/{prefix}{task}@{alias}"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model, "--host", "127.0.0.1", "-p", str(port)]
+    _call([*cmd, "--env-manager", "local"], env=_serving_env(uri))
+
+
+def _serving_env(uri: str) -> dict[str, str]:
+    """This environment for the server, with this interpreter's bin directory first on PATH: MLflow
+    starts the server as `bash -c 'exec uvicorn ...'`, and uvicorn (installed next to this Python) is
+    on PATH only in an activated environment, not for `.venv/bin/copyseq serve`."""
+    bin_dir = os.path.dirname(sys.executable)  # not resolved: a venv's python is a link out of the venv
+    path = os.environ.get("PATH")
+    return {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": f"{bin_dir}{os.pathsep}{path}" if path else bin_dir}
+
+
+def _check_port(port: int) -> None:
+    """A port the server can listen on, checked here: the server itself fails on a bad or busy port
+    only after loading the model, with a traceback."""
+    if not 1 <= port <= 65535:
+        raise typer.BadParameter(f"{port} is not a port: must be 1-65535", param_hint="'--port'")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as err:
+            raise typer.BadParameter(
+                f"127.0.0.1:{port} cannot be listened on ({err.strerror or err}): choose another port",
+                param_hint="'--port'",
+            ) from None
+
+
+def _check_registered(ctx: typer.Context, uri: str, task: str, name: str, alias: str) -> None:
+    """Refuse in one line, naming the task and alias and what the registry holds, a model `mlflow
+    models serve` would not find (it fails with a long traceback). A missing SQLite store is not
+    opened (MLflow would create it): nothing is registered yet."""
+    wanted = f"serve {task} --alias {alias}"
+    db = _sqlite_file(uri)
+    if db is not None and (not db.is_file() or db.stat().st_size == 0):  # MLflow would write its tables into it
+        ctx.fail(f"{wanted}: no model registered yet (no MLflow store at {db}): run the pipeline first")
+    with contextlib.chdir(REPO_ROOT):  # the server runs there: a relative store path means the same file
+        problem = serving_problem(uri, name, alias)
+    if problem:
+        ctx.fail(f"{wanted}: {' '.join(problem.split())}")
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative to the project root, where the server runs), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return None if path in ("", ":memory:") else REPO_ROOT / path  # an absolute path stays as it is
 
 
 @app.command(name="eval-options", context_settings=PASS_THROUGH, add_help_option=False)
@@ -183,9 +285,27 @@ def retrain(ctx: typer.Context) -> None:
     _module("flows.retrain", ctx.args)
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> int:
+    """``copyseq``: the exit code of the subcommand; a usage error (an unknown subcommand or option, a
+    bad value) or a params file that cannot be read is one line, ``copyseq: error: ...``, with exit
+    code 2, not click's boxed usage block nor a traceback."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        code = app(args=args or ["--help"], prog_name="copyseq", standalone_mode=False)
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        return 1
+    except typer.TyperException as err:  # typer's own click: UsageError, BadParameter, NoSuchOption, ...
+        return _error(err.format_message(), err.exit_code)
+    except SettingsError as err:
+        return _error(str(err), 2)
+    return code if isinstance(code, int) else 0
+
+
+def _error(message: str, code: int) -> int:
+    print(f"copyseq: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -9,8 +9,11 @@ stage's own metrics.json and predictions (data/eval/runs/<task>/<mechanism>; lef
 evaluate stage has not run), so each other row differs from it by its one setting. Runs in a
 project checkout after ``dvc repro``, with the math libraries pinned as the stages pin them:
 
-    .venv/bin/python scripts/eval_options.py --task gigaword --splits test \\
+    .venv/bin/python scripts/eval_options.py --task gigaword \\
         --settings replace_unk=true ban_unk=true average_last=3 --json unk_options.json
+
+The splits are the validation split by default: choose an option there, then report it on test
+once (``--splits valid test``, or set it in ``evaluate`` and rerun the evaluate stage).
 
 Prints a markdown table per split (the task's columns, output <unk> count, mean length) and writes
 every figure to ``--json``. The task's columns are those its comparison page shows for the split's
@@ -26,6 +29,7 @@ pin_math_libraries()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -42,15 +46,20 @@ from pipeline.data.add_task import METRICS  # noqa: E402
 from pipeline.decoding.decode import decode_table  # noqa: E402
 from pipeline.decoding.scoring import score_records  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
+from pipeline.io.files import write_text_atomic  # noqa: E402
 from pipeline.io.shards import first_rows, read_split  # noqa: E402
 from pipeline.reporting.compare import CompareConfig  # noqa: E402
 from pipeline.runtime.device import compute_settings, resolve_device  # noqa: E402
+from pipeline.serving.limits import ServingConfig  # noqa: E402
 from pipeline.training.averaging import snapshots, write_average  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import Vocab  # noqa: E402
 
 UNK = "<unk>"
 ROUGE_COLUMNS = ["rouge1", "rouge2", "rougeL"]  # a --json of an older version, which recorded no columns
+UNK_COLUMNS = ("unk_tokens", "lines_with_unk", "empty_outputs")  # unk_stats: in every row beside the metrics
+# the decoding settings predict and the server cap, and the params.yaml `serving` limit of each
+SERVING_CAPS = {"beam_size": "max_beam_size", "max_len": "max_output_len"}
 
 
 class Refused(Exception):
@@ -72,11 +81,8 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 def unk_stats(records: list[dict]) -> dict:
     outputs = [r["pred"] for r in records]
-    return {
-        "unk_tokens": sum(o.count(UNK) for o in outputs),
-        "lines_with_unk": sum(UNK in o for o in outputs),
-        "empty_outputs": sum(not o for o in outputs),
-    }
+    counts = (sum(o.count(UNK) for o in outputs), sum(UNK in o for o in outputs), sum(not o for o in outputs))
+    return dict(zip(UNK_COLUMNS, counts))
 
 
 def score(model, paths, mechanism, split, vocabs, cfg, device) -> dict:
@@ -123,11 +129,17 @@ def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[st
     settings = [parse_setting(s) for s in args.settings]
     for mechanism in mechanisms:
         eff = effective_params(params, args.task, mechanism)
+        caps = serving_caps(params, args.task, mechanism, eff)
         for key, value in settings:
             try:
                 EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], key: value}})
             except ValueError as err:
                 raise Refused(f"--settings {key}={value!r}: {err}") from err
+            if key in caps and value > caps[key]:  # a valid integer by now (EvalConfig's checks)
+                raise Refused(
+                    f"--settings {key}={value} is over the serving limit serving.{SERVING_CAPS[key]}={caps[key]} "
+                    f"(what predict and the server accept): give {key} <= {caps[key]}"
+                )
             if key == "average_last" and value:
                 kept = len(snapshots(paths.checkpoints(mechanism)))
                 if kept < value:
@@ -136,6 +148,42 @@ def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[st
                         f"({paths.checkpoints(mechanism) / 'steps'}); train with train.keep_checkpoints >= {value}"
                     )
     return mechanisms, settings, notes
+
+
+def serving_caps(params: dict, task: str, mechanism: str, eff: dict) -> dict[str, int]:
+    """The largest ``beam_size`` and ``max_len`` a served model of ``mechanism`` accepts, read as
+    ``predict --checkpoint`` reads them (:class:`ServingConfig` from params' ``serving``): a row
+    decoded with more could never be served, and a huge one would exhaust memory or run for hours."""
+    prepare = (params.get("prepare") or {}).get(task) or {}
+    try:
+        config = ServingConfig.from_params(task, mechanism, prepare, eff.get("evaluate") or {}, params.get("serving"))
+    except ValueError as err:  # SettingsError too: params' serving section, checked by check_params_file already
+        raise Refused(str(err).splitlines()[0]) from None
+    return {key: getattr(config, cap) for key, cap in SERVING_CAPS.items()}
+
+
+def metric_columns(cfg: EvalConfig, split: str) -> set[str]:
+    """The figures a row of ``split`` holds under ``cfg``: found by scoring one made-up example with
+    the scorer the rows are scored with, so whatever metric the registry gives is known here too."""
+    probe = {"src": ["a"], "tgt": ["a"], "pred": ["a"], "nbest": [["a"]]}
+    if cfg.group_by:
+        probe[cfg.group_by] = "a"
+    scored = score_records([probe], cfg, split)
+    return {k for k, v in scored.items() if is_figure(v)} | set(UNK_COLUMNS) | {"seconds"}
+
+
+def is_figure(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_columns(chosen: list[str] | None, known: set[str], where: str) -> None:
+    """Every ``--columns`` name is a figure the rows hold; else one line listing those they hold
+    (an unknown name would only show a column of '-')."""
+    unknown = [c for c in chosen or [] if c not in known]
+    if unknown:
+        raise Refused(
+            f"--columns: {', '.join(unknown)} not among the figures of {where}; known: {', '.join(sorted(known))}"
+        )
 
 
 def split_columns(params: dict, task: str, split: str) -> list[str]:
@@ -156,22 +204,46 @@ def as_evaluated(evaluated: Path, splits: list[str]) -> dict | None:
     predictions); None when it has not run. A split it did not score is left out (shown as '-')."""
     if not (evaluated / "metrics.json").exists():
         return None
-    metrics = json.loads((evaluated / "metrics.json").read_text())
+    metrics = parse_json(read_text(evaluated / "metrics.json"), evaluated / "metrics.json")
+    if not isinstance(metrics, dict):
+        raise Refused(f"{evaluated / 'metrics.json'}: not the evaluate stage's metrics (a JSON object of splits)")
     rows = {}
     for split in splits:
         predictions = evaluated / "predictions" / f"{split}.jsonl"
         if not isinstance(metrics.get(split), dict) or "n" not in metrics[split] or not predictions.is_file():
             continue  # not scored by the stage (another evaluate.splits)
-        lines = [json.loads(line) for line in predictions.read_text().splitlines()]
+        lines = [parse_json(t, f"{predictions}:{i}") for i, t in enumerate(read_text(predictions).splitlines(), 1)]
+        if not all(isinstance(line, dict) and isinstance(line.get("pred"), str | list) for line in lines):
+            raise Refused(f"{predictions}: not the evaluate stage's predictions (one JSON object with a pred a line)")
         rows[split] = {**metrics[split], **unk_stats(lines)}
     return rows
+
+
+def read_text(path: Path) -> str:
+    """A file of the evaluate stage's, read before anything is decoded; one line naming it if it cannot be."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise Refused(f"{path}: cannot be read ({err})") from None
+
+
+def parse_json(text: str, where: object) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise Refused(f"{where}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default=None)
     p.add_argument("--mechanisms", nargs="+", default=None, help="default: params.yaml's trained mechanisms")
-    p.add_argument("--splits", nargs="+", default=["test"])
+    p.add_argument(
+        "--splits",
+        nargs="+",
+        default=["valid"],
+        help="default: valid, where options are chosen; add test to report the chosen one (nothing is chosen on test)",
+    )
     p.add_argument("--settings", nargs="+", default=[], help="evaluate overrides, one per row: key=value")
     p.add_argument("--params", default=None)
     p.add_argument(
@@ -189,10 +261,16 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     if args.print_json:
-        print_tables(json.loads(args.print_json.read_text()), args.columns)
+        report = read_report(args.print_json)
+        known = {k for rows in report["rows"].values() for by_split in rows.values() for m in by_split.values()
+                 for k, v in m.items() if is_figure(v)}  # fmt: skip
+        check_columns(args.columns, known, str(args.print_json))
+        print_tables(report, args.columns)
         return 0
     if not args.task:
         raise Refused("--task is needed (unless --print)")
+    if args.json:
+        check_output(args.json)
     try:
         params = check_params_file(args.params)  # every setting checked first
     except SettingsError as err:
@@ -201,10 +279,13 @@ def run(args) -> int:
     mechanisms, settings, notes = plan(args, params, paths)
     try:
         columns = {s: list(args.columns) if args.columns else split_columns(params, args.task, s) for s in args.splits}
+        check_columns(args.columns, row_columns(params, args.task, mechanisms, settings, args.splits), args.task)
     except ValueError as err:  # the task's evaluate or compare settings
         raise Refused(f"the columns of {args.task}: {err}") from err
     for note in notes:
         print(note, flush=True)
+    # the evaluate stage's own figures, when it has run: read before anything is decoded
+    evaluated = {m: as_evaluated(paths.evaluation(m), args.splits) for m in mechanisms}
     vocabs = (Vocab.load(paths.vocab / "src.vocab"), Vocab.load(paths.vocab / "tgt.vocab"))
     report: dict = {"task": args.task, "splits": args.splits, "columns": columns, "rows": {}}
     for mechanism in mechanisms:
@@ -213,9 +294,8 @@ def run(args) -> int:
         device = resolve_device(base.device)
         compute_settings(base.threads, base.deterministic)
         rows = {}
-        evaluated = as_evaluated(paths.evaluation(mechanism), args.splits)
-        if evaluated is not None:  # the evaluate stage's own figures, when it has run
-            rows["as evaluated"] = evaluated
+        if evaluated[mechanism] is not None:
+            rows["as evaluated"] = evaluated[mechanism]
         plain, _ = load_model(paths.checkpoints(mechanism) / "model.pt", mechanism, device, vocabs)
         for key, value in settings:
             cfg = EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], key: value}})
@@ -230,12 +310,77 @@ def run(args) -> int:
             print(f"{mechanism} {label}: {brief}", flush=True)
             report["rows"][mechanism] = rows
             if args.json:  # after every row: a long run stopped half-way keeps what it scored
-                args.json.write_text(json.dumps(report, indent=1))
+                write_text_atomic(args.json, json.dumps(report, indent=1))
         report["rows"][mechanism] = rows
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        write_text_atomic(args.json, json.dumps(report, indent=1))
     print_tables(report, args.columns)
     return 0
+
+
+def row_columns(params: dict, task: str, mechanisms: list[str], settings: list, splits: list[str]) -> set[str]:
+    """The figures any row will hold on any of ``splits``: the "as evaluated" rows' (each mechanism's
+    evaluate settings) and each setting's row (a ``topk`` gives its own top<k>)."""
+    known: set[str] = set()
+    for mechanism in mechanisms:
+        eff = effective_params(params, task, mechanism)
+        for override in [{}, *({key: value} for key, value in settings)]:
+            cfg = EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], **override}})
+            known |= {c for split in splits for c in metric_columns(cfg, split)}
+    return known
+
+
+def check_output(path: Path) -> None:
+    """``--json`` can be written, checked before any decoding rather than found out after it: not a
+    directory, in an existing directory where a file can be created (tried: a temporary file)."""
+    if path.is_dir():
+        raise Refused(f"--json {path}: is a directory; give the path of a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise Refused(f"--json {path}: its directory {folder} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+    except OSError as err:
+        raise Refused(f"--json {path}: cannot write in {folder} ({err.strerror or err})") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise Refused(f"--json {path}: the file is not writable")
+
+
+def read_report(path: Path) -> dict:
+    """A ``--json`` of this script, for ``--print``; one line naming the file when it cannot be read
+    or is not such a report."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise Refused(f"--print {path}: not UTF-8 (undecodable byte at offset {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise Refused(f"--print {path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+    except OSError as err:
+        raise Refused(f"--print {path}: cannot be read ({err.strerror or err})") from None
+    if not report_shaped(report):
+        raise Refused(
+            f"--print {path}: not a report of eval_options --json "
+            '(a mapping with "task", "splits": [split, ...] and "rows": {mechanism: {setting: {split: {...}}}})'
+        )
+    return report
+
+
+def report_shaped(report: object) -> bool:
+    """Whether ``report`` has the keys and nesting :func:`print_tables` reads."""
+    if not isinstance(report, dict) or not isinstance(report.get("task"), str):
+        return False
+    splits, rows, columns = report.get("splits"), report.get("rows"), report.get("columns") or {}
+    if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+        return False
+    if not isinstance(columns, dict) or not all(
+        isinstance(c, list) and all(isinstance(x, str) for x in c) for c in columns.values()
+    ):
+        return False
+    if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+        return False
+    by_split = [b for r in rows.values() for b in r.values()]
+    return all(isinstance(b, dict) and all(isinstance(m, dict) for m in b.values()) for b in by_split)
 
 
 def print_tables(report: dict, chosen: list[str] | None) -> None:
@@ -251,14 +396,12 @@ def print_tables(report: dict, chosen: list[str] | None) -> None:
                 if m is None:  # the evaluate stage did not score this split
                     print(f"| {mechanism} | {label} | " + " | ".join(["-"] * (len(columns) + 3)) + " |")
                     continue
-                cells = ["-" if m.get(c) is None else f"{m[c]:.2f}" for c in columns]
-                length = m.get("copy", {}).get("outputs", {}).get("length")
-                shown_length = "-" if length is None else f"{length:.1f}"
-                print(
-                    f"| {mechanism} | {label} | "
-                    + " | ".join(cells)
-                    + f" | {m['unk_tokens']} | {m['lines_with_unk']} | {shown_length} |"
-                )
+                cells = [f"{m[c]:.2f}" if is_figure(m.get(c)) else "-" for c in columns]
+                copy = m.get("copy") if isinstance(m.get("copy"), dict) else {}
+                length = (copy.get("outputs") if isinstance(copy.get("outputs"), dict) else {}).get("length")
+                shown_length = f"{length:.1f}" if is_figure(length) else "-"
+                counts = [str(m[c]) if is_figure(m.get(c)) else "-" for c in UNK_COLUMNS[:2]]
+                print(f"| {mechanism} | {label} | " + " | ".join([*cells, *counts]) + f" | {shown_length} |")
 
 
 if __name__ == "__main__":

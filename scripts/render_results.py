@@ -51,6 +51,7 @@ from pipeline.config.paths import TaskPaths  # noqa: E402
 from pipeline.config.tasks import effective_params  # noqa: E402
 from pipeline.config.variants import display_names  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
+from pipeline.io.files import write_text_atomic  # noqa: E402
 from pipeline.reporting.baselines import baseline_names  # noqa: E402
 from pipeline.reporting.compare import CompareConfig, comparison_markdown  # noqa: E402
 from pipeline.reporting.experiments import load_runs, render_experiment  # noqa: E402
@@ -100,13 +101,26 @@ def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
         raise RenderError(f"no metrics files under {runs.relative_to(root)}/<mechanism>/metrics.json")
     order = row_order(params)
     names = sorted(found, key=lambda m: (order.index(m) if m in order else len(order), m))
-    return {m: json.loads(found[m].read_text(encoding="utf-8")) for m in names}
+    return {m: read_json(found[m], root, "split: metrics") for m in names}
+
+
+def read_json(path: Path, root: Path, shape: str) -> dict:
+    """A metrics or intervals file: a JSON object of objects ({``shape``}); a RenderError naming the
+    file when it cannot be read or has another shape (a hand edit, a truncated copy)."""
+    rel = path.relative_to(root) if path.is_relative_to(root) else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RenderError(f"{rel}: cannot be read as JSON ({err})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise RenderError(f"{rel}: expected a JSON object {{{shape}}}, got {type(data).__name__} {str(data)[:60]}")
+    return data
 
 
 def task_intervals(root: Path, task: str) -> dict:
     """The compare stage's intervals of ``task`` (data/eval/intervals/TASK.json, git-tracked), or none."""
     path = TaskPaths(task, root).intervals(task)
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return read_json(path, root, "split: intervals") if path.exists() else {}
 
 
 def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict] | None = None) -> str:
@@ -114,18 +128,27 @@ def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict
     runs' metrics than data/eval/runs (an experiment's, shown without the pipeline's intervals)."""
     intervals = {} if metrics else task_intervals(root, task)
     metrics = metrics or task_metrics(root, params, task)
-    eff = effective_params(params, task)
-    ev = EvalConfig.from_params(eff)
+    try:
+        eff = effective_params(params, task)
+        ev = EvalConfig.from_params(eff)
+        compare = CompareConfig.from_params(eff)
+    except (KeyError, ValueError) as err:  # no such task, or its evaluate/compare settings
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise RenderError(f"params.yaml, the settings of {task}: {message}") from None
     splits = list(ev.splits) + list(ev.optional_splits)
     kinds = {split: ev.metric_for(split) for split in splits}
-    return comparison_markdown(
-        task,
-        metrics,
-        CompareConfig.from_params(eff),
-        {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)},  # as the compare stage
-        kinds,
-        intervals,
-    )
+    try:
+        return comparison_markdown(
+            task,
+            metrics,
+            compare,
+            {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)},  # as the stage
+            kinds,
+            intervals,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # a figure missing or not a number
+        where = f"{runs_dir(root).relative_to(root)}/{task}/<mechanism>/metrics.json"
+        raise RenderError(f"{where}: a file lacks what its tables need ({type(err).__name__}: {err})") from None
 
 
 def experiment_block(spec: str, root: Path, params: dict) -> str:
@@ -210,7 +233,10 @@ def blocks(text: str) -> list[re.Match]:
 
 
 def rendered_file(path: Path, root: Path, params: dict, cache: dict, used: set) -> str:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise RenderError(f"{path.relative_to(root)}: cannot be read ({err})") from None
     fences = fenced_ranges(text)
 
     def sub(m: re.Match) -> str:
@@ -235,6 +261,25 @@ def evaluated_tasks(root: Path) -> list[str]:
     )
 
 
+def project_params(given: Path, root: Path) -> dict:
+    """The params.yaml of the ``--root`` project; a RenderError naming the path when ``root`` is not
+    a project directory or its params.yaml cannot be read."""
+    if not root.exists():
+        raise RenderError(f"--root {given}: no such directory")
+    if not root.is_dir():
+        raise RenderError(f"--root {given}: not a directory (give the project directory that holds params.yaml)")
+    if not (root / "params.yaml").is_file():
+        raise RenderError(
+            f"--root {given}: no params.yaml there; --root is a project directory (params.yaml, data/, docs/)"
+        )
+    path = root / "params.yaml"
+    try:
+        return load_params(path)
+    except (OSError, ValueError) as err:  # SettingsError, UnicodeDecodeError too
+        message = (str(err).strip() or type(err).__name__).splitlines()[0]
+        raise RenderError(message if str(path) in message else f"{path}: {message}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -245,11 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=REPO, help="project directory (default: this repository)")
     args = ap.parse_args(argv)
     root = args.root.resolve()
-    params = load_params(root / "params.yaml")
     cache: dict[str, str] = {}
     used: set[str] = set()
     new: dict[Path, str] = {}
     try:
+        params = project_params(args.root, root)
         for path in markdown_files(root):
             new[path] = rendered_file(path, root, params, cache, used)
         missing = [t for t in evaluated_tasks(root) if t not in used]
@@ -272,8 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rel = path.relative_to(root)
         if not args.check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_text_atomic(path, text)  # a page is never left half-written
             print(f"render_results: rewrote {rel}")
             continue
         old_blocks = {m["spec"]: m[0] for m in blocks(old)}

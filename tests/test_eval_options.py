@@ -37,7 +37,7 @@ def test_ban_and_replace_unk_rows_remove_the_unk_a_plain_decode_emits(toy_projec
     out = tmp_path / "options.json"
     done = subprocess.run(
         [sys.executable, "scripts/eval_options.py", "--task", TASK, "--params", str(toy_project / "params.yaml"),
-         "--mechanisms", "rnnsearch", "--settings", "ban_unk=true", "replace_unk=true", "--columns", "rouge1",
+         "--mechanisms", "rnnsearch", "--settings", "ban_unk=true", "replace_unk=true", "--columns", "top1",
          "--json", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
     )  # fmt: skip

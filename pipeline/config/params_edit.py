@@ -1,12 +1,55 @@
 """Editing params.yaml as text, so that its comments and layout survive: entries are inserted at the
-end of a top-level block mapping, and the result must load as the expected mapping."""
+end of a top-level block mapping, and the result must load as the expected mapping.
+
+The edits work on text with ``\n`` line ends; :func:`read_params_text` gives that text and the file as
+it is, and :func:`with_line_endings` puts each kept line's own ending back (a CRLF file stays CRLF, not
+a whole-file diff), new lines taking the file's usual one."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 import yaml
+
+from pipeline.config.validation import SettingsError
+
+LINE = re.compile(
+    r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z"
+)  # a line with its own ending (str.splitlines also splits at \f, \x1c ...)
+
+
+def read_params_text(path: Path) -> tuple[str, str]:
+    """``(text, raw)``: the params file with ``\n`` line ends (what the edits take), and as it is."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            raw = fh.read()
+    except UnicodeDecodeError as err:
+        raise SettingsError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
+    return raw.replace("\r\n", "\n").replace("\r", "\n"), raw
+
+
+def with_line_endings(raw: str, edited: str) -> str:
+    """``edited`` (``\n`` line ends) with the line endings of ``raw`` (the file it was made from): a
+    line kept from ``raw`` keeps its own ending; a new line takes the ending most lines of ``raw`` have."""
+    old = LINE.findall(raw)
+    endings = [line[len(line.rstrip("\r\n")) :] for line in old]
+    usual = max(("\n", "\r\n", "\r"), key=endings.count) if any(endings) else "\n"
+    if usual == "\n" and set(endings) <= {"\n", ""}:
+        return edited  # nothing to restore
+    old_bodies = [line.rstrip("\r\n") for line in old]
+    new = LINE.findall(edited)
+    new_bodies = [line.rstrip("\n") for line in new]
+    out = [line.removesuffix("\n") + (usual if line.endswith("\n") else "") for line in new]
+    matcher = difflib.SequenceMatcher(None, old_bodies, new_bodies, autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            i, j = block.a + k, block.b + k
+            if new[j].endswith("\n") and endings[i]:
+                out[j] = new_bodies[j] + endings[i]
+    return "".join(out)
 
 
 def block_end(text: str, key: str) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from pipeline.config.backbones import row_backbone
 from pipeline.config.params import load_params, project_root
 from pipeline.config.tasks import effective_params, task_names, task_settings
+from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 
 ROW_SECTIONS = ("vocab", "model", "train", "evaluate")  # merged for the row (its task, preset, variant, entries)
@@ -104,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m pipeline.config.rows [--params FILE]``: the settings stage."""
     args = list(sys.argv[1:] if argv is None else argv)
     params_path = args[args.index("--params") + 1] if "--params" in args else None
-    written = write(params_path)
+    try:
+        written = write(params_path)
+    except SettingsError as err:  # the params file itself (missing, not YAML ...): its one line
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"settings: {len(written)} files in {SETTINGS_DIR}")
     return 0
 

@@ -10,7 +10,11 @@ names the setting, its value and what is allowed (:func:`build`).
 Scalars are strict (``lr: fast``, ``epochs: 1.5``, ``deterministic: "yes"`` are refused, not
 coerced); lists become tuples. An unknown key is refused with the nearest known name.
 
-Not here: the ``prepare.<task>`` sections (each corpus reader's own settings class checks them, at
+Across sections, :func:`check_params` also checks the rows of ``mechanisms`` against the declared
+mechanisms and the variants, ``retrain`` against the tasks, rows and metrics, and each
+``prepare.<task>.subword`` (:mod:`pipeline.config.checks`).
+
+Not here: the rest of the ``prepare.<task>`` sections (each corpus reader's own settings class checks them, at
 the prepare stage, before reading) and each mechanism's ``model.<mechanism>`` options (the mechanism's
 options class, ``models.registry.model_config``, at the vocab, train and evaluate stages' start);
 ``python -m pipeline.config.schema`` writes ``params.schema.json`` (for editors) from these classes.
@@ -32,6 +36,8 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
+from pipeline.config.checks import check_cron, check_metric_key, check_subword
+from pipeline.config.mechanisms import declared_mechanisms
 from pipeline.config.params import REPO_ROOT, load_params
 from pipeline.config.tasks import (
     MECHANISM_SECTIONS,
@@ -41,7 +47,7 @@ from pipeline.config.tasks import (
     task_names,
 )
 from pipeline.config.validation import SettingsError
-from pipeline.config.variants import resolve
+from pipeline.config.variants import check_variants, resolve, variants_section
 
 T = TypeVar("T")
 
@@ -278,6 +284,7 @@ class RetrainSettings:
             raise ValueError("retrain.task must name a task")
         if self.metric is not None:
             selection_split_of(self.metric, "retrain.metric")
+        check_cron(self.cron, "retrain.cron")
 
 
 @dataclass(frozen=True, config=SETTINGS)
@@ -450,7 +457,7 @@ def describe(err: ValidationError, where: str, cls: type) -> str:
         loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
         problem = _problem(error, _known_at(cls, loc[:-1]))
         if error["type"] == "value_error":
-            lines.append(problem)
+            lines.append(problem.removeprefix("params.yaml: "))  # the file is named once, by check_params
         else:
             lines.append(f"{'.'.join([where, *loc]) if where else '.'.join(loc)} {problem}")
     return "; ".join(lines)
@@ -503,6 +510,10 @@ def check_params(params: Mapping, path: str | Path | None = None) -> None:
 
 def _check(params: Mapping) -> None:
     document = build(ParamsFile, params, "")
+    _check_rows(params, document.mechanisms)
+    _check_retrain(params, document)
+    for task, reader in document.prepare.items():  # the rest of a reader's settings: its own class, at prepare
+        check_subword(reader.get("subword"), f"prepare.{task}.subword")
     for row in document.mechanisms:
         resolve(params, row)
     for variant, spec in document.variants.items():
@@ -533,16 +544,57 @@ def _check(params: Mapping) -> None:
                 build(cls, merged.get(section), what)
 
 
+def _check_rows(params: Mapping, rows: tuple[str, ...]) -> None:
+    """Each row of ``mechanisms`` once, and each a declared mechanism or a variant of ``variants``;
+    each variant based on a declared mechanism. Otherwise the train stage is the first to notice,
+    after the data stages have run."""
+    known = declared_mechanisms()
+    if not known:
+        return  # the models' sources are not there to read (an install without them): the train stage checks
+    variants = variants_section(params)
+    twice = sorted({row for row in rows if rows.count(row) > 1})
+    if twice:
+        raise SettingsError(
+            f"mechanisms lists {', '.join(map(repr, twice))} twice: list each row once (its checkpoints, runs and "
+            "results are named after it)"
+        )
+    for row in rows:
+        if row not in known and row not in variants:
+            raise SettingsError(
+                f"mechanisms lists {row!r}: neither a mechanism ({', '.join(known)}) nor a variant under "
+                f"variants ({', '.join(sorted(variants)) or 'none'})"
+            )
+    check_variants(params, known)
+
+
+def _check_retrain(params: Mapping, document: ParamsFile) -> None:
+    """``retrain`` against the rest of the file: its task a task of the project, its mechanism a row
+    of ``mechanisms`` (the rows the champion is chosen among), its metric a score the task's validation
+    split has (``evaluate.metric``, or ``evaluate.split_metrics.valid``). A task with ``task_settings`` that is
+    not enabled is let through (as is the default when ``retrain.task`` is not written): a project
+    that runs other tasks keeps the shipped ``retrain`` section, which only the retrain command reads."""
+    retrain = document.retrain
+    tasks = dict(document.tasks or {})
+    written = "task" in (params.get("retrain") or {})  # the default names the shipped task, which may be gone
+    if written and retrain.task not in tasks and retrain.task not in document.task_settings:
+        raise SettingsError(f"retrain.task is {retrain.task!r}: not a task under tasks ({', '.join(tasks) or 'none'})")
+    if retrain.metric is not None:
+        _, key = selection_split_of(retrain.metric, "retrain.metric")
+        evaluate = effective_params(dict(params), retrain.task).get("evaluate") or {}
+        kind = dict(_pairs(evaluate.get("split_metrics") or {})).get("valid", evaluate.get("metric", "exact_match"))
+        check_metric_key(key, kind, evaluate.get("topk", 10), "retrain.metric")
+    if retrain.mechanism is not None and retrain.mechanism not in document.mechanisms:
+        raise SettingsError(
+            f"retrain.mechanism is {retrain.mechanism!r}: not a row under mechanisms "
+            f"({', '.join(document.mechanisms) or 'none'}); null takes the champion's"
+        )
+
+
 def check_params_file(path: str | Path | None = None) -> dict:
     """Load ``path`` (default: the repository's params.yaml), check it (:func:`check_params`) and
     return it; a problem is a :class:`SettingsError` of one line."""
     path = Path(path) if path else REPO_ROOT / "params.yaml"
-    try:
-        params = load_params(path)
-    except FileNotFoundError:
-        raise SettingsError(f"{path}: no such params file") from None
-    except ValueError as err:
-        raise SettingsError(str(err).splitlines()[0]) from None
+    params = load_params(path)  # the file itself (there, a file, UTF-8, YAML, no key twice): one line
     check_params(params, path)
     return params
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 from pipeline.config.checks import check_serving, check_subword, check_task_name
-from pipeline.config.params_edit import block_style, indented_yaml, insert_entries
+from pipeline.config.params import load_params
+from pipeline.config.params_edit import block_style, indented_yaml, insert_entries, read_params_text, with_line_endings
 from pipeline.config.schema import check_params
 from pipeline.config.tasks import deep_merge, effective_params
 from pipeline.config.validation import SettingsError
@@ -354,8 +355,8 @@ def add_task(params_path: Path, task: NewTask, task_status: Callable[[dict, str,
     ``{"tasks": raw, "prepare": {...}, "task_settings": {...}}``. ``task_status`` is
     :func:`pipeline.data.tasks.task_status` (given, as that module runs this one)."""
     root = params_path.parent.resolve()
-    text = params_path.read_text(encoding="utf-8")
-    params = yaml.safe_load(text)
+    params = load_params(params_path)  # a file that is not a params file: one line naming it
+    text, raw_text = read_params_text(params_path)
     _check_name(params, task.name)
     if (task.valid_fraction or task.test_fraction) and (
         task.valid and task.valid_fraction or task.test and task.test_fraction
@@ -390,5 +391,5 @@ def add_task(params_path: Path, task: NewTask, task_status: Callable[[dict, str,
         raise AddTaskError(
             f"{params_path}: could not insert the entries as text (an unusual layout?); add them by hand"
         )
-    write_text_atomic(params_path, new_text)
+    write_text_atomic(params_path, with_line_endings(raw_text, new_text))  # each kept line keeps its own ending
     return entries

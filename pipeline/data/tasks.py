@@ -16,13 +16,16 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib.util
+import itertools
+import os
 import re
 import sys
 from pathlib import Path
 
 import yaml
 
-from pipeline.config.params import REPO_ROOT, load_params, section
+from pipeline.config.params import REPO_ROOT, UniqueKeyLoader, load_params, section
+from pipeline.config.params_edit import read_params_text, with_line_endings
 from pipeline.config.tasks import task_names, task_settings
 from pipeline.config.validation import SettingsError
 from pipeline.data.add_task import METRICS, AddTaskError, NewTask, add_task
@@ -93,34 +96,84 @@ def tasks_block(params: dict, enabled: list[str], statuses: dict[str, str]) -> s
     return "\n".join(lines) + "\n"
 
 
-def rewrite_tasks_block(params_path: Path, block: str) -> None:
-    """Replace the top-level ``tasks:`` block (and the comment lines just above it) in place."""
-    text = params_path.read_text(encoding="utf-8")
+def with_tasks_block(text: str, block: str, where: Path) -> str:
+    """``text`` (params.yaml) with its top-level ``tasks:`` block (and the comment lines just above it) replaced."""
     pattern = re.compile(r"(?:^#[^\n]*\n)*^tasks:[^\n]*\n(?:^(?:[ \t]+[^\n]*|[ \t]*)\n)*", re.M)
     match = pattern.search(text)
     if match is None:
-        raise ValueError(f"{params_path}: no top-level 'tasks:' block to rewrite")
-    new_text = text[: match.start()] + block + "\n" + text[match.end() :]
-    yaml.safe_load(new_text)  # never write a file YAML cannot read
-    write_text_atomic(params_path, new_text)
+        refuse(f"{where}: no top-level 'tasks:' block to rewrite; add a line `tasks:` and run enable again")
+    return text[: match.start()] + block + "\n" + text[match.end() :]
+
+
+def with_preset(text: str, preset: str, where: Path) -> str:
+    """``text`` (params.yaml) with its top-level ``preset:`` line set to ``preset``."""
+    new_text, n = re.subn(r"^preset:[ \t]*[^\s#]*", f"preset: {preset}", text, count=1, flags=re.M)
+    if n != 1:
+        refuse(f"{where}: no top-level 'preset:' line for --preset {preset}; add a line `preset: cpu` and run again")
+    return new_text
+
+
+def rewrite_tasks_block(params_path: Path, block: str, preset: str | None = None) -> None:
+    """Replace the ``tasks:`` block (and with ``preset``, the ``preset:`` line) in one write: a refusal
+    leaves params.yaml as it was, never with the block rewritten and the preset not."""
+    text, raw = read_params_text(params_path)
+    text = with_tasks_block(text, block, params_path)
+    if preset:
+        text = with_preset(text, preset, params_path)
+    yaml.load(text, Loader=UniqueKeyLoader)  # never write a file YAML cannot read (a SafeLoader)
+    write_text_atomic(params_path, with_line_endings(raw, text))  # each kept line keeps its own ending
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors (a bad number, an unknown choice or option, a missing argument) as one
+    line, ``error: ...``, exit code 2: no usage block above it (docs/guarantees.md). The subcommands'
+    parsers are of this class too (``add_subparsers`` makes them of the parent's class)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        refuse(message)  # argparse's message names the option: "argument --max-len: invalid int value: 'x'"
+
+
+GIVEN = "_options_given"  # where Once keeps the options it has seen (dropped from the namespace after parsing)
+
+
+class Once(argparse.Action):
+    """Store an option's value(s), refusing the option given a second time: argparse would keep the last
+    one silently (``--valid a.tsv --valid b.tsv`` would drop ``a.tsv``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = namespace.__dict__.setdefault(GIVEN, set())
+        if self.dest in given:
+            many = " with all its values" if self.nargs == "+" else ""
+            raise argparse.ArgumentError(self, f"given twice: give it once{many}")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = OneLineParser(prog="python -m pipeline.data.tasks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", action=Once, default=str(REPO_ROOT / "params.yaml"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every known task and whether it can run here")
+    enable = sub.add_parser("enable", help="rewrite params.yaml's tasks block (name the tasks, or --available)")
+    enable.add_argument("names", nargs="*", help="tasks to enable (or --available; with neither, nothing is changed)")
+    enable.add_argument("--available", action="store_true", help="every task whose data is present")
+    enable.add_argument("--preset", action=Once, choices=["paper", "cpu"], help="also set params.yaml's preset")
+    add_arguments(sub.add_parser("add", help="your own corpus as a task (docs/own_data.md)"))
+    args = parser.parse_args(argv)
+    vars(args).pop(GIVEN, None)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.data.tasks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", default=str(REPO_ROOT / "params.yaml"))
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every known task and whether it can run here")
-    enable = sub.add_parser("enable", help="rewrite params.yaml's tasks block")
-    enable.add_argument("names", nargs="*", help="tasks to enable (default: --available)")
-    enable.add_argument("--available", action="store_true", help="every task whose data is present")
-    enable.add_argument("--preset", choices=["paper", "cpu"], help="also set params.yaml's preset")
-    add_arguments(sub.add_parser("add", help="your own corpus as a task (docs/own_data.md)"))
-    args = parser.parse_args(argv)
+    args = parse(argv)
 
     params_path = Path(args.params).resolve()
     if args.command == "add":
-        return run_add(parser, params_path, args)
-    params = load_params(params_path)
+        return run_add(params_path, args)
+    try:
+        params = load_params(params_path)
+    except SettingsError as err:
+        refuse(str(err))
     known = list(dict.fromkeys(task_names(params) + list(params.get("task_settings") or {})))
     statuses = {t: task_status(params, t, params_path.parent) for t in known}
     if args.command == "list":
@@ -130,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mark} {task:<{width}}  {statuses[task]}")
         print(f"(* enabled; preset: {params.get('preset')})")
         return 0
+    if not args.names and not args.available:  # a bare `enable` would switch every task off
+        refuse(
+            "enable: name the tasks to enable (enable NAME ...) or give --available (every task whose data is "
+            f"present); {params_path.name} is unchanged"
+        )
     unknown = sorted(set(args.names) - set(known))
     if unknown:
         refuse(f"unknown tasks {unknown}; known: {known}")
@@ -137,13 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     blocked = {t: statuses[t] for t in args.names if statuses[t] != "ready"}
     if blocked:
         refuse("cannot enable: " + "; ".join(f"{t}: {s}" for t, s in blocked.items()))
-    rewrite_tasks_block(params_path, tasks_block(params, enabled, statuses))
-    if args.preset:
-        text = params_path.read_text(encoding="utf-8")
-        new_text, n = re.subn(r"^preset:[ \t]*[^\s#]*", f"preset: {args.preset}", text, count=1, flags=re.M)
-        if n != 1:
-            raise ValueError(f"{params_path}: no top-level 'preset:' line")
-        write_text_atomic(params_path, new_text)
+    rewrite_tasks_block(params_path, tasks_block(params, enabled, statuses), args.preset)
     print(f"enabled: {', '.join(enabled) or '(none)'}" + (f"; preset {args.preset}" if args.preset else ""))
     for line in not_enabled_lines(enabled, task_names(params), statuses):
         print(line)
@@ -169,44 +221,67 @@ def not_enabled_lines(enabled: list[str], before: list[str], statuses: dict[str,
 
 
 def add_arguments(add: argparse.ArgumentParser) -> None:
-    """The ``add`` subcommand's options (:class:`pipeline.data.add_task.NewTask`)."""
+    """The ``add`` subcommand's options (:class:`pipeline.data.add_task.NewTask`); each but the flags and
+    ``--ref-col`` (repeated on purpose) is refused when given twice (:class:`Once`)."""
     add.add_argument("name", help="the task's name (lowercase letters, digits, _)")
     files = "a tsv/csv/jsonl/parquet/arrow file, or for --format text: source file, target file"
-    add.add_argument("--train", nargs="+", default=[], metavar="FILE", help=f"training data: {files}")
-    add.add_argument("--file", nargs="+", default=[], metavar="FILE", help="one file for every split (with fractions)")
-    add.add_argument("--valid", nargs="+", default=[], metavar="FILE", help=f"validation data ({files}, references)")
-    add.add_argument("--test", nargs="+", default=[], metavar="FILE", help=f"test data ({files}, references)")
+    add.add_argument("--train", action=Once, nargs="+", default=[], metavar="FILE", help=f"training data: {files}")
     add.add_argument(
-        "--valid-fraction", type=float, default=0.0, help="carve valid from the train file (hash of the source)"
+        "--file", action=Once, nargs="+", default=[], metavar="FILE", help="one file for every split (with fractions)"
     )
-    add.add_argument("--test-fraction", type=float, default=0.0, help="carve test from the train file")
-    add.add_argument("--format", choices=FORMATS, help="default: by the file name")
+    add.add_argument(
+        "--valid", action=Once, nargs="+", default=[], metavar="FILE", help=f"validation data ({files}, references)"
+    )
+    add.add_argument(
+        "--test", action=Once, nargs="+", default=[], metavar="FILE", help=f"test data ({files}, references)"
+    )
+    add.add_argument(
+        "--valid-fraction",
+        action=Once,
+        type=float,
+        default=0.0,
+        help="carve valid from the train file (hash of the source)",
+    )
+    add.add_argument("--test-fraction", action=Once, type=float, default=0.0, help="carve test from the train file")
+    add.add_argument("--format", action=Once, choices=FORMATS, help="default: by the file name")
     add.add_argument(
         "--no-header", dest="header", action="store_false", help="tsv/csv without a header: columns by index"
     )
-    add.add_argument("--delimiter", help="tsv/csv field delimiter (default tab / comma)")
-    add.add_argument("--src-col", help="source column (name, or index with --no-header; default src / 0)")
-    add.add_argument("--tgt-col", help="target column (default tgt / 1)")
+    add.add_argument("--delimiter", action=Once, help="tsv/csv field delimiter (default tab / comma)")
+    add.add_argument("--src-col", action=Once, help="source column (name, or index with --no-header; default src / 0)")
+    add.add_argument("--tgt-col", action=Once, help="target column (default tgt / 1)")
     add.add_argument(
         "--ref-col", dest="ref_cols", action="append", default=[], help="a further reference column (repeat)"
     )
-    add.add_argument("--refs-col", help="a column holding a list of further references (jsonl, parquet, arrow)")
-    add.add_argument("--features-col", help="a column of tags kept apart from the source (V;PST;3;SG), never copied")
-    add.add_argument("--features-sep", default=";", help="what separates the tags of --features-col (default ;)")
+    add.add_argument(
+        "--refs-col", action=Once, help="a column holding a list of further references (jsonl, parquet, arrow)"
+    )
+    add.add_argument(
+        "--features-col", action=Once, help="a column of tags kept apart from the source (V;PST;3;SG), never copied"
+    )
+    add.add_argument(
+        "--features-sep", action=Once, default=";", help="what separates the tags of --features-col (default ;)"
+    )
     add.add_argument(
         "--group-col",
+        action=Once,
         help="a column of each example's group (the same lemma, the same document): compare's intervals resample "
         "whole groups",
     )
-    add.add_argument("--tokenizer", choices=TOKENIZERS, default="whitespace")
-    add.add_argument("--lang", default="en", help="the language of --tokenizer moses")
+    add.add_argument("--tokenizer", action=Once, choices=TOKENIZERS, default="whitespace")
+    add.add_argument("--lang", action=Once, default="en", help="the language of --tokenizer moses")
     add.add_argument("--lowercase", action="store_true")
     add.add_argument("--mask-digits", action="store_true", help="every digit #")
-    add.add_argument("--subword", type=int, metavar="VOCAB_SIZE", help="sentencepiece on top, this vocabulary size")
-    add.add_argument("--metric", choices=sorted(METRICS), default="rouge_f")
-    add.add_argument("--max-len", type=int, help="longest output evaluate decodes (default: evaluate.max_len)")
+    add.add_argument(
+        "--subword", action=Once, type=int, metavar="VOCAB_SIZE", help="sentencepiece on top, this vocabulary size"
+    )
+    add.add_argument("--metric", action=Once, choices=sorted(METRICS), default="rouge_f")
+    add.add_argument(
+        "--max-len", action=Once, type=int, help="longest output evaluate decodes (default: evaluate.max_len)"
+    )
     add.add_argument(
         "--mechanisms",
+        action=Once,
         nargs="+",
         metavar="ROW",
         help="the rows to run it with (the printed command; default: every row)",
@@ -219,10 +294,54 @@ def refuse(message: str) -> None:
     raise SystemExit(2)
 
 
-def run_add(parser: argparse.ArgumentParser, params_path: Path, args: argparse.Namespace) -> int:
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # a missing or unreadable file: add_task names it
+        return False
+
+
+def check_splits_differ(given: dict[str, list[str]]) -> None:
+    """No file serves two splits (a link or another spelling of the path included): a model chosen on
+    its validation data or scored on its test data must not have seen them, and valid and test must
+    differ, or the champion is chosen on the data it is scored on."""
+    for (first, files), (second, others) in itertools.combinations(given.items(), 2):
+        for a, b in itertools.product(files, others):
+            if _same_file(a, b):
+                same = a if a == b else f"{a} and {b}"
+                refuse(f"{first} and {second} name the same file ({same}): each split must be data of its own")
+
+
+def check_own_directory(given: dict[str, list[str]], root: Path) -> None:
+    """Files in a directory of their own: the directory holding them all becomes the task's raw input,
+    which DVC watches, so it must be neither the project root nor ``data/`` (where the pipeline writes its
+    outputs). One file is the raw input itself; a missing file or one outside the project: add_task names it."""
+    root = root.resolve()
+    try:
+        paths = [Path(f).resolve() for files in given.values() for f in files]
+        readable = all(p.is_file() and p.is_relative_to(root) for p in paths)
+    except (OSError, RuntimeError):  # a symlink loop, a name too long ...: add_task names it
+        return
+    if len(paths) < 2 or not readable:
+        return
+    common = Path(os.path.commonpath([str(p.parent) for p in paths])).relative_to(root)
+    if common.parts and common.parts != ("data",):
+        return
+    where = "the whole project" if not common.parts else "data/, where the pipeline writes its outputs"
+    refuse(
+        f"{'/'.join(given)} must name files in a directory of their own, e.g. data/raw/<task>/ (the directory "
+        f"holding them all is the task's raw input, which DVC watches; for these files it would be {where})"
+    )
+
+
+def run_add(params_path: Path, args: argparse.Namespace) -> int:
     """``add``: write the task's entries, print them and what to run next (exit 2 on a refusal)."""
     if args.file and args.train:
         refuse("give --train or --file, not both")
+    given = {"--file" if args.file else "--train": args.file or args.train, "--valid": args.valid, "--test": args.test}
+    given = {option: files for option, files in given.items() if files}
+    check_splits_differ(given)
+    check_own_directory(given, params_path.parent)
     fields = {k: v for k, v in vars(args).items() if k not in {"command", "params", "file", "train", "mechanisms"}}
     task = NewTask(train=args.file or args.train, train_option="--file" if args.file else "--train", **fields)
     try:

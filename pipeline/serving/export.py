@@ -18,7 +18,9 @@ sha256 of every file) and ``manifest.json`` (the mechanism, every graph input an
 shape, the state keys, the opset, the sha256 of the source ``model.pt``, the decoding settings, the
 exporter versions and the numeric check). Before anything is written the graphs are run against the
 PyTorch model on two batches of other sizes than the traced one for several steps: a
-log-probability off by more than :data:`CHECK_TOLERANCE` refuses the export.
+log-probability off by more than :data:`CHECK_TOLERANCE` refuses the export. ``--out`` may be new,
+empty, or an earlier export of the same format holding only an export's files (:func:`check_out_dir`),
+replaced once the new export is complete; any other directory is refused and kept whole.
 
 ``--int8``: once the float graphs pass that check, their matrix and embedding weights are stored as
 int8 (:mod:`pipeline.serving.onnx_quantize`), and the manifest's ``quantization`` records how far the
@@ -75,15 +77,33 @@ from pipeline.serving.onnx_graphs import (
     untraceable,
 )
 from pipeline.serving.onnx_model import FORMAT, MANIFEST, OnnxModel
+from pipeline.serving.onnx_predictor import SERVING_JSON
 from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
 from pipeline.serving.onnx_quantize import describe, quantize_graphs
 from pipeline.serving.onnx_weights import WEIGHTS_FILE, shared_segments
-from pipeline.serving.predict import checkpoint_settings
+from pipeline.serving.predict import OneLineParser, PredictError, check_model_uri, checkpoint_dir, checkpoint_settings
 from pipeline.training.checkpoints import load_file, load_model
 from pipeline.vocab.tokenizer import RECORD, TOKENIZER_DIR
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
 
 PROG = "copyseq-export"
+# Every name an ONNX export writes in its directory: an earlier export holding anything else holds the user's
+# files, and is not replaced (that would delete them).
+ONNX_FILES = frozenset(
+    {
+        ENCODER_FILE,
+        STEP_FILE,
+        WEIGHTS_FILE,
+        MANIFEST,
+        SERVING_JSON,
+        "src.vocab",
+        "tgt.vocab",
+        FEATURES_VOCAB,
+        "subword.model",
+        TOKENIZER_DIR,
+        RECORD,
+    }
+)
 HF_EXPORT = "pipeline.serving.hf_export"  # --format hf: imported by name (it loads transformers' generation code)
 CHECK_TOLERANCE = 1e-3  # the largest |log p_onnx - log p_torch| an export may show on its check batches
 CHECK_PROBES = ((1, 6, 1), (4, 9, 2))  # (rows, source length, OOV slots): other sizes than the traced ones
@@ -341,26 +361,50 @@ def export_onnx(source: Source, out_dir: Path, int8: bool = False) -> dict:
         extra = {**source.config.extra, "exported_from": source.described}
         config = replace(source.config, device="cpu", files=files, extra=extra)
         write_json_atomic(work / "serving.json", asdict(config))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        mask = os.umask(0)
-        os.umask(mask)
-        work.chmod(0o777 & ~mask)  # a directory as any other the user makes (mkdtemp's is private)
-        work.rename(out_dir)
-        work.mkdir()  # the temporary directory's own cleanup expects it
+        install(work, out_dir, "onnx")
     return info
 
 
+def install(work: Path, out_dir: Path, fmt: str) -> None:
+    """Move the finished export ``work`` (a temporary directory beside ``out_dir``) to ``out_dir``. An
+    earlier export there is replaced, after checking it again (:func:`check_out_dir`): files the user
+    put in it meanwhile make this an :class:`ExportRefused`, and every one of them is kept."""
+    if out_dir.exists() or out_dir.is_symlink():
+        check_out_dir(out_dir, fmt)
+        shutil.rmtree(out_dir)
+    mask = os.umask(0)
+    os.umask(mask)
+    work.chmod(0o777 & ~mask)  # a directory as any other the user makes (mkdtemp's is private)
+    work.rename(out_dir)
+    work.mkdir()  # the temporary directory's own cleanup expects it
+
+
+def write_hf_export(source: Source, out_dir: Path) -> Path:
+    """``--format hf``: the Hugging Face folder written beside ``out_dir``, then moved there whole
+    (:func:`install`), so that a failure leaves ``out_dir`` as it was."""
+    decoding = {key: getattr(source.config, key) for key in DECODE_KEYS}  # the row's, as predict decodes
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}-", dir=out_dir.parent) as tmp:
+        importlib.import_module(HF_EXPORT).write_hf(
+            source.model_pt.parent, Path(tmp), vocab_dir=source.vocab_dir, decoding=decoding
+        )
+        install(Path(tmp), out_dir, "hf")
+    return out_dir
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("model_dir", nargs="?", help="a checkpoint directory or a logged model's directory")
+    parser.add_argument(
+        "model_dir", nargs="?", help="a checkpoint directory (or its model.pt) or a logged model's directory"
+    )
     parser.add_argument("--model", help="an MLflow model URI, e.g. models:/copy_rules@champion")
     parser.add_argument(
         "--out",
         required=True,
-        help="the directory to write: new, empty, or an earlier export of the same format (replaced)",
+        help="the directory to write: new, empty, or an earlier export of the same format holding only its own "
+        "files (replaced)",
     )
     parser.add_argument("--format", choices=("onnx", "hf"), default="onnx", help="onnx (default) | hf")
     parser.add_argument(
@@ -388,32 +432,83 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def check_out_dir(out: Path, fmt: str) -> None:
-    """``--out`` may be new, empty, or an earlier export of the same format (which is replaced): any
-    other directory or file is refused before anything is read, so no user's files are ever deleted."""
-    mark = MANIFEST if fmt == "onnx" else "config.json"
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / mark).is_file())):
+def earlier_onnx_export(out: Path) -> str | None:
+    """None when ``out`` is an earlier ONNX export (its manifest parses and is this exporter's format),
+    else why it is not one."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {MANIFEST} in it"
+    except (OSError, ValueError):  # a directory of that name, not UTF-8, not JSON
+        return f"its {MANIFEST} is not JSON"
+    ours = isinstance(manifest, dict) and manifest.get("format") == FORMAT
+    if not (ours and isinstance(manifest.get("graphs"), dict) and isinstance(manifest.get("exporter"), dict)):
+        return f"its {MANIFEST} is not a copyseq export manifest of format {FORMAT}"
+    return None
+
+
+def _names(paths: list[Path], most: int = 5) -> str:
+    shown = [f"{p.name}/" if p.is_dir() else p.name for p in paths[:most]]
+    return ", ".join(shown) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def _writable(out: Path) -> None:
+    """``--out``'s nearest existing directory takes the temporary directory the export is written in (an
+    ExportRefused naming ``--out`` otherwise, before any work)."""
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is None:
+        return
+    if not parent.is_dir():
+        raise ExportRefused(f"--out {out}: {parent} is a file, not a directory (nothing was written)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}-", dir=parent))
+    except OSError as err:
         raise ExportRefused(
-            f"--out {out}: exists and is not an earlier {fmt} export (no {mark} in it); "
-            "give a new or empty directory (nothing was written)"
+            f"--out {out}: cannot write in {parent} ({err.strerror or err}) (nothing was written)"
+        ) from None
+
+
+def check_out_dir(out: Path, fmt: str) -> None:
+    """``--out`` may be new, empty, or an earlier export of the same format (recognised by its manifest,
+    or for hf its config) holding only the export's own files, which is replaced. Anything else is refused
+    before anything is read, so no user's file is ever deleted."""
+    if out.is_symlink():
+        raise ExportRefused(f"--out {out}: a symbolic link; give the directory itself (nothing was written)")
+    if out.exists() and not out.is_dir():
+        raise ExportRefused(
+            f"--out {out}: exists and is not an earlier {fmt} export (a file); give a new or empty directory "
+            "(nothing was written)"
         )
+    entries = sorted(out.iterdir()) if out.exists() else []
+    if entries:
+        hf = importlib.import_module(HF_EXPORT) if fmt == "hf" else None
+        why = hf.earlier_export(out) if hf else earlier_onnx_export(out)
+        if why is not None:
+            raise ExportRefused(
+                f"--out {out}: exists and is not an earlier {fmt} export ({why}); give a new or empty directory "
+                "(nothing was written)"
+            )
+        extra = [p for p in entries if not (hf.own_file(p.name) if hf else p.name in ONNX_FILES)]
+        if extra:
+            raise ExportRefused(
+                f"--out {out}: an earlier {fmt} export that also holds {_names(extra)}, not files of the export; "
+                "move them out or give another directory (nothing was written)"
+            )
+    _writable(out)
 
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
     check_out_dir(Path(args.out), args.format)
     if args.model:
+        check_model_uri(args.model)
         model_dir, run_id = download_model(args.model, tmp)
         source = replace(source_from_dir(model_dir, args), described=args.model, run_id=run_id)
     else:
-        model_dir = Path(args.model_dir)
+        model_dir = checkpoint_dir(args.model_dir)  # model.pt itself names its directory
         source = source_from_dir(model_dir, args)
     out = Path(args.out)
     if args.format == "hf":
-        decoding = {key: getattr(source.config, key) for key in DECODE_KEYS}  # the row's, as predict decodes
-        path = importlib.import_module(HF_EXPORT).write_hf(
-            source.model_pt.parent, out, vocab_dir=source.vocab_dir, decoding=decoding
-        )
-        print(f"{PROG}: wrote {path}")
+        print(f"{PROG}: wrote {write_hf_export(source, out)}")
         return
     info = export_onnx(source, out, int8=args.int8)
     print(
@@ -437,7 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="copyseq-export-") as tmp:
             run(args, Path(tmp))
-    except (ExportRefused, SettingsError, ValueError, KeyError, OSError) as err:  # StoreError: MLflow's message
+    except (ExportRefused, PredictError, SettingsError, ValueError, KeyError, OSError) as err:  # StoreError: MLflow's
         return fail(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err))
     return 0
 

@@ -18,16 +18,26 @@ pipeline's post-processing with the attention) has no counterpart and is left ou
 
 Only the copy heads on a pretrained backbone export this way (:data:`models.hf.HEADS`); another row is
 refused with one line naming them.
+
+An earlier folder is recognised (:func:`earlier_export`) by its ``config.json`` of this model type and
+its ``copy_head_processor.json``; the names such a folder may hold are :func:`own_file`'s.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import fields
 from pathlib import Path
 
+import transformers
 from transformers import GenerationConfig
+from transformers import tokenization_utils_base as tokenization
+from transformers import utils as hf_utils
 
 from models.hf import HEADS, CopyHeadForConditionalGeneration, CopyHeadProcessor
+from models.hf.configuration import MODEL_TYPE
+from models.hf.processing import PROCESSOR_FILE
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import project_root
 from pipeline.config.schema import check_params_file
@@ -38,6 +48,51 @@ from pipeline.training.checkpoints import load_file, load_model
 from pipeline.vocab.tokenizer import BackboneTokenizer
 
 CHECKPOINT = "model.pt"
+CONFIG = hf_utils.CONFIG_NAME
+SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # save_pretrained's shards of a large model
+# the tokenizers of the backbones a copy head runs on (BART, T5, Marian) and the fast one's own file
+TOKENIZER_CLASSES = ("BartTokenizer", "T5Tokenizer", "MarianTokenizer", "PreTrainedTokenizerFast")
+
+
+def own_files() -> frozenset[str]:
+    """The names :func:`write_hf` may write: the model's (save_pretrained), the processor's and those of
+    the tokenizer of any supported backbone (transformers' own names for them)."""
+    names = {
+        CONFIG,
+        hf_utils.GENERATION_CONFIG_NAME,
+        hf_utils.SAFE_WEIGHTS_NAME,
+        hf_utils.SAFE_WEIGHTS_INDEX_NAME,
+        PROCESSOR_FILE,
+        tokenization.ADDED_TOKENS_FILE,
+        tokenization.CHAT_TEMPLATE_FILE,
+        tokenization.FULL_TOKENIZER_FILE,
+        tokenization.SPECIAL_TOKENS_MAP_FILE,
+        tokenization.TOKENIZER_CONFIG_FILE,
+    }
+    for name in TOKENIZER_CLASSES:
+        names.update((getattr(getattr(transformers, name, None), "vocab_files_names", None) or {}).values())
+    return frozenset(names)
+
+
+def own_file(name: str) -> bool:
+    """Whether an entry ``name`` of an earlier folder is one :func:`write_hf` writes."""
+    return name in own_files() or SHARD.fullmatch(name) is not None
+
+
+def earlier_export(out: Path) -> str | None:
+    """None when ``out`` is a folder :func:`write_hf` wrote (a ``config.json`` of this model type and
+    a ``copy_head_processor.json``), else why it is not one."""
+    try:
+        config = json.loads((Path(out) / CONFIG).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {CONFIG} in it"
+    except (OSError, ValueError):  # a directory of that name, not UTF-8, not JSON
+        return f"its {CONFIG} is not JSON"
+    if not isinstance(config, dict) or config.get("model_type") != MODEL_TYPE:
+        return f"its {CONFIG} is not of a {MODEL_TYPE} model"
+    if not (Path(out) / PROCESSOR_FILE).is_file():
+        return f"no {PROCESSOR_FILE} in it"
+    return None
 
 
 def exported_mechanism(model_dir: Path) -> tuple[str, str]:

@@ -31,18 +31,27 @@ outside the vocabulary is decoded, with ``copyseq-predict: warning: line N: ...`
 and numpy, in a process that never imports torch: ``--model`` is then the export directory (read
 without MLflow or pandas either) or the URI of a registered ONNX model (``models:/<task>_onnx@champion``);
 its outputs equal the PyTorch model's. ``--runtime torch`` (the default) is the PyTorch predictor.
+``--threads`` (onnxruntime's, 1 to the CPU count) goes with ``--runtime onnx --model DIR`` and ``--device``
+with ``--checkpoint``: elsewhere each would be ignored, and is refused instead.
+
+Before any work, ``--output`` is refused when it is ``--input`` itself (the outputs would replace the
+inputs), a directory, or a place that cannot be written; ``--checkpoint`` may name the ``model.pt``
+of its directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, NoReturn, TextIO
 
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import project_root
@@ -61,6 +70,39 @@ PROG = "copyseq-predict"
 RUNTIMES = {"torch": "pipeline.serving.pyfunc", "onnx": "pipeline.serving.onnx_pyfunc"}
 DEVICE_CHECK = "pipeline.runtime.device"  # the torch runtime's device check (imports torch)
 EXPORT_MANIFEST = "manifest.json"  # an export directory's (pipeline.serving.onnx_model.MANIFEST)
+CHECKPOINT_FILE = "model.pt"  # what a checkpoint directory holds
+# The model URIs --model reads: the MLflow store's (models:/, runs:/) and local directories (a path, file://).
+# Another scheme (http://, s3://) fails deep inside MLflow with a message that names nothing.
+MODEL_SCHEMES = ("models", "runs", "file")
+MODEL_URIS = "models:/<name>@<alias>, models:/<name>/<version>, runs:/<run_id>/<path> or a model directory"
+SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: not a drive letter
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (``prog: error: ...``, exit code 2) without the usage block
+    (a user error is one line: docs/guarantees.md); ``--help`` still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def max_threads() -> int:
+    """The most onnxruntime threads ``--threads`` may ask for: this machine's CPU count (more only
+    oversubscribes the cores; a huge count made onnxruntime spend minutes starting threads)."""
+    return os.cpu_count() or 1
+
+
+def check_model_uri(uri: str, option: str = "--model") -> None:
+    """A PredictError naming ``option`` when ``uri`` has a scheme MLflow's loaders here cannot read."""
+    match = SCHEME.match(uri)
+    if match and match["scheme"].lower() not in MODEL_SCHEMES and not Path(uri).exists():  # a local "a:b" is a path
+        raise PredictError(f"{option} {uri}: a {match['scheme']}: URI is not read here; give {MODEL_URIS}")
+
+
+def checkpoint_dir(path: str | Path) -> Path:
+    """``--checkpoint``'s directory: the path itself, or the directory of a ``model.pt`` named instead."""
+    path = Path(path)
+    return path.parent if path.name == CHECKPOINT_FILE and path.is_file() else path
 
 
 def runtime_module(name: str) -> ModuleType:
@@ -132,7 +174,7 @@ class PyfuncModel:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -158,7 +200,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="inputs are already the corpus's tokens, space-separated (not tokenised again)",
     )
-    parser.add_argument("--device", default="cpu", help="--checkpoint only: cpu | auto | cuda[:N] (default: cpu)")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="--checkpoint only: cpu | auto | cuda[:N] (default: cpu; ONNX decodes on the CPU)",
+    )
     parser.add_argument(
         "--runtime",
         choices=sorted(RUNTIMES),
@@ -166,7 +212,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="torch (default) | onnx: an exported model (--model DIR or models:/<task>_onnx@champion) on "
         "onnxruntime, without torch",
     )
-    parser.add_argument("--threads", type=int, default=None, help="--runtime onnx: onnxruntime's threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help=f"--runtime onnx: onnxruntime's threads (1 to {max_threads()})"
+    )
     args = parser.parse_args(argv)
     for name in ("beam", "max_len"):
         value = getattr(args, name)
@@ -179,6 +227,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--runtime onnx reads an exported model: give its directory (copyseq export --out DIR) or its "
             "registered URI with --model"
         )
+    if args.device is not None and not args.checkpoint:  # it would be ignored: say so rather than decode elsewhere
+        where = (
+            "--runtime onnx decodes on the CPU"
+            if args.runtime == "onnx"
+            else "a registered model decodes on the device of its own serving settings"
+        )
+        parser.error(f"--device {args.device}: {where}; --device goes with --checkpoint")
+    if args.threads is not None and args.runtime != "onnx":
+        parser.error(f"--threads {args.threads}: onnxruntime's threads, for --runtime onnx only")
+    if args.threads is not None and not 1 <= args.threads <= max_threads():
+        parser.error(f"--threads must be between 1 and {max_threads()} (this machine's CPUs), got {args.threads}")
     return args
 
 
@@ -194,7 +253,7 @@ def checkpoint_settings(
     docstring): (its vocabulary directory, its :class:`ServingConfig`, its subword model or None).
     ``overrides``: ServingConfig fields (``device``, ``pretokenized``). Also what ``copyseq export``
     reads for a checkpoint directory."""
-    ckpt = Path(checkpoint)
+    ckpt = checkpoint_dir(checkpoint)
     if not (ckpt / "model.pt").is_file():
         raise FileNotFoundError(f"{ckpt / 'model.pt'}: no trained model (run the train stage first)")
     task = task or ckpt.parent.name
@@ -219,16 +278,17 @@ def checkpoint_settings(
 
 def checkpoint_model(args: argparse.Namespace, runtime: ModuleType) -> PyfuncModel:
     """The local pyfunc object for ``--checkpoint`` (see the module docstring)."""
+    directory = checkpoint_dir(args.checkpoint)
     vocab, config, subword = checkpoint_settings(
-        args.checkpoint,
+        directory,
         args.task,
         args.mechanism,
         args.params,
         args.vocab,
-        device=args.device,
+        device=args.device or "cpu",
         pretokenized=args.pretokenized,
     )
-    return PyfuncModel(runtime.local_model(args.checkpoint, vocab, config, subword))
+    return PyfuncModel(runtime.local_model(directory, vocab, config, subword))
 
 
 def registered_model(uri: str, runtime: str, threads: int | None = None) -> PyfuncModel | ExportDirectory:
@@ -237,6 +297,12 @@ def registered_model(uri: str, runtime: str, threads: int | None = None) -> Pyfu
     that cannot be read) is a PredictError."""
     if runtime == "onnx" and (Path(uri) / EXPORT_MANIFEST).is_file():
         return ExportDirectory(uri, threads)
+    check_model_uri(uri)
+    if threads is not None:  # a logged ONNX model opens its own sessions: --threads would be ignored
+        raise PredictError(
+            f"--threads {threads}: sets the threads of an export directory (--model DIR); a registered ONNX model "
+            "runs with onnxruntime's default (one per core)"
+        )
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -390,21 +456,54 @@ def run(args: argparse.Namespace, inp: BinaryIO | TextIO, out: TextIO, err: Text
     return len(texts)
 
 
+def check_output(args: argparse.Namespace) -> None:
+    """``--output`` refused before any work when writing it would lose the input or fail after decoding:
+    the same file as ``--input``, a directory, or a parent that is a file."""
+    if args.output == "-":
+        return
+    out = Path(args.output)
+    inp = Path(args.input)
+    if args.input != "-" and (
+        out.resolve() == inp.resolve() or (out.exists() and inp.exists() and os.path.samefile(out, inp))
+    ):
+        raise PredictError(
+            f"--input {args.input} and --output {args.output} are the same file: the outputs would replace the "
+            "inputs; give another --output"
+        )
+    if out.is_dir():
+        raise PredictError(f"--output {args.output}: is a directory; give a file path")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise PredictError(f"--output {args.output}: {parent} is a file, not a directory")
+
+
+def write_output(args: argparse.Namespace, inp: BinaryIO | TextIO) -> None:
+    """Decode into ``--output`` atomically (the file appears whole, or not at all); a place that cannot
+    be written is refused naming ``--output`` (not the temporary file beside it) before decoding."""
+    with ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(atomic_path(Path(args.output)))
+            out = stack.enter_context(open(tmp, "w", encoding="utf-8"))
+        except OSError as err:
+            raise PredictError(f"--output {args.output}: cannot write there ({err.strerror or err})") from None
+        run(args, inp, out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command; 0 on success, 2 (one line on stderr, no traceback) on a user error: a line that
     is not UTF-8 or over a serving limit, a checkpoint that does not fit its settings, a missing file."""
     args = parse_args(argv)
     try:
+        check_output(args)
         if args.checkpoint:  # before any input is read (on a missing GPU, model.pt would look corrupt)
-            importlib.import_module(DEVICE_CHECK).check_device(args.device, "--device")
+            importlib.import_module(DEVICE_CHECK).check_device(args.device or "cpu", "--device")
         inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
         inp = inp if args.input == "-" else open(args.input, "rb")
         try:
             if args.output == "-":
                 run(args, inp, sys.stdout)
             else:
-                with atomic_path(Path(args.output)) as tmp, open(tmp, "w", encoding="utf-8") as out:
-                    run(args, inp, out)
+                write_output(args, inp)
         finally:
             if args.input != "-":
                 inp.close()

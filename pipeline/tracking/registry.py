@@ -262,3 +262,37 @@ def verify_version(name: str, version: str | int) -> None:
                     f"{name} version {version}: {file_name} has sha256 {actual[:16]}..., registered with {digest[:16]}...; "
                     "the stored model was changed after registration"
                 )
+
+
+def serving_problem(uri: str, name: str, alias: str) -> str | None:
+    """Why the registry at ``uri`` has no model ``name`` at ``alias`` (an alias, or a version number) for
+    ``copyseq serve``, naming what it holds; None when it has one. A store that cannot be read is a problem too."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return _registry_problem(MlflowClient(tracking_uri=uri, registry_uri=uri), name, alias)
+    except (MlflowException, SQLAlchemyError) as err:  # not a database, another MLflow's schema, ...
+        reason = err.message if isinstance(err, MlflowException) else str(err).splitlines()[0]
+        return f"the model registry at {uri} cannot be read: {reason}"
+
+
+def _registry_problem(client, name: str, alias: str) -> str | None:
+    """Why ``name`` at ``alias`` (an alias, or a version number) is not in the registry, naming what is; None if it is."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        known = sorted(m.name for m in client.search_registered_models())
+        return f"no registered model {name!r} (registered: {', '.join(known) or 'none yet: run the pipeline first'})"
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+    shown = [str(v) for v in versions] if len(versions) <= 10 else ["...", *map(str, versions[-10:])]
+    aliases = ", ".join(f"{a} -> {v}" for a, v in sorted(model.aliases.items())) or "none"
+    has = f"versions: {', '.join(shown) or 'none'}; aliases: {aliases}"
+    if alias.isdigit():
+        return None if int(alias) in versions else f"{name} has no version {alias} ({has})"
+    return None if alias in model.aliases else f"{name} has no alias {alias!r} ({has})"

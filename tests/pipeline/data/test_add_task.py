@@ -154,9 +154,9 @@ def test_files_beside_the_outputs_or_outside_the_project_are_refused(project, tm
             "--src-col", "question", "--tgt-col", "answer"]  # fmt: skip
     with pytest.raises(SystemExit):
         add(*argv)
-    assert "the files' common directory data would be the task's raw input, and it holds the pipeline's outputs" in (
-        capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert "--train/--valid/--test must name files in a directory of their own" in err
+    assert "it would be data/, where the pipeline writes its outputs" in err
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     shutil.copy(FIX / "train.tsv", elsewhere / "train.tsv")
     argv = ["mine", "--file", str(elsewhere / "train.tsv"), "--valid-fraction", "0.2", "--test-fraction", "0.2"]
