@@ -234,7 +234,7 @@ def parse_json(text: str, where: object) -> object:
         raise Refused(f"{where}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default=None)
     p.add_argument("--mechanisms", nargs="+", default=None, help="default: params.yaml's trained mechanisms")
@@ -251,7 +251,11 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--print", dest="print_json", type=Path, default=None, help="only print the tables of this --json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     try:
         return run(args)
     except Refused as err:

@@ -38,7 +38,7 @@ def test_ban_and_replace_unk_rows_remove_the_unk_a_plain_decode_emits(toy_projec
     done = subprocess.run(
         [sys.executable, "scripts/eval_options.py", "--task", TASK, "--params", str(toy_project / "params.yaml"),
          "--mechanisms", "rnnsearch", "--settings", "ban_unk=true", "replace_unk=true", "--columns", "top1",
-         "--json", str(out)],
+         "--splits", "test", "--json", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -137,7 +137,7 @@ def test_the_columns_follow_the_task_s_metric_and_hold_numbers(eval_options, toy
     (toy_copy / "params.yaml").write_text(yaml.safe_dump(params))
     out = toy_copy / "options.json"
     argv = ["--task", TASK, "--params", str(toy_copy / "params.yaml"), "--mechanisms", "copynet",
-            "--settings", "beam_size=2", "--json", str(out)]  # fmt: skip
+            "--settings", "beam_size=2", "--splits", "test", "--json", str(out)]  # fmt: skip
     assert eval_options.main(argv) == 0
     shown = capsys.readouterr().out
     report = json.loads(out.read_text())
@@ -150,3 +150,9 @@ def test_the_columns_follow_the_task_s_metric_and_hold_numbers(eval_options, toy
     # --print shows the same tables from the --json
     assert eval_options.main(["--print", str(out)]) == 0
     assert row in capsys.readouterr().out
+
+
+def test_the_options_are_scored_on_the_validation_split_unless_told(eval_options):
+    """Options are chosen on validation: the default split is valid; test is scored only when asked."""
+    assert eval_options.parser().parse_args(["--task", TASK]).splits == ["valid"]
+    assert eval_options.parser().parse_args(["--task", TASK, "--splits", "valid", "test"]).splits == ["valid", "test"]
