@@ -7,6 +7,7 @@ readers of written splits."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -753,3 +755,16 @@ class Server:
                 return r.status == 200
         except OSError:
             return False
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module (eval_options' import pins the math libraries in os.environ: undone)."""
+    saved = dict(os.environ)
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    with warnings.catch_warnings():  # "pinned after torch was loaded": a test process, its speed is not measured
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spec.loader.exec_module(module)
+    os.environ.clear()
+    os.environ.update(saved)
+    return module

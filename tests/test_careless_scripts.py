@@ -4,12 +4,9 @@ file, option or setting, exit code 2, before any decoding or any file is written
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
-import os
 import shutil
-import warnings
 from argparse import Namespace
 from pathlib import Path
 
@@ -19,20 +16,7 @@ import yaml
 from benchmarks.toy import TASK
 from pipeline.config.params import load_params
 from pipeline.config.paths import TaskPaths
-from tests.helpers import REPO
-
-
-def load_script(name: str):
-    """scripts/<name>.py as a module (eval_options' import pins the math libraries in os.environ: undone)."""
-    saved = dict(os.environ)
-    spec = importlib.util.spec_from_file_location(f"careless_{name}", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():  # "pinned after torch was loaded": this process only checks refusals
-        warnings.simplefilter("ignore", RuntimeWarning)
-        spec.loader.exec_module(module)
-    os.environ.clear()
-    os.environ.update(saved)
-    return module
+from tests.helpers import REPO, load_script
 
 
 def call(main, argv: list[str]) -> tuple[int, str, str]:

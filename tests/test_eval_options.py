@@ -1,12 +1,10 @@
 """scripts/eval_options.py: each row decodes the trained model with its one evaluate setting changed."""
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from pipeline.decoding.settings import EvalConfig
 from pipeline.io.shards import read_split
 from pipeline.training.checkpoints import load_model
 from pipeline.vocab.vocabulary import Vocab
-from tests.helpers import REPO
+from tests.helpers import REPO, load_script
 
 
 def test_ban_and_replace_unk_rows_remove_the_unk_a_plain_decode_emits(toy_project, tmp_path):
@@ -53,15 +51,7 @@ def test_ban_and_replace_unk_rows_remove_the_unk_a_plain_decode_emits(toy_projec
 @pytest.fixture(scope="module")
 def eval_options():
     """scripts/eval_options.py as a module (its import pins the math libraries in os.environ: undone)."""
-    saved = dict(os.environ)
-    spec = importlib.util.spec_from_file_location("eval_options_script", REPO / "scripts" / "eval_options.py")
-    module = importlib.util.module_from_spec(spec)
-    with warnings.catch_warnings():  # "pinned after torch was loaded": this process only checks refusals
-        warnings.simplefilter("ignore", RuntimeWarning)
-        spec.loader.exec_module(module)
-    os.environ.clear()
-    os.environ.update(saved)
-    return module
+    return load_script("eval_options")
 
 
 @pytest.fixture

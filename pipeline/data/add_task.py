@@ -150,10 +150,10 @@ def _raw_input(files: dict[str, list[Path]], root: Path) -> tuple[Path, bool]:
     raw = Path(os.path.commonpath([str(p.parent) for p in every])).relative_to(root)
     parts = raw.parts
     if not parts or parts == ("data",) or (parts[0] == "data" and len(parts) > 1 and parts[1] in OUTPUT_DIRS):
-        where = "the project root" if not parts else raw
+        where = "the whole project" if not parts else f"{raw}/, where the pipeline writes its outputs"
         raise AddTaskError(
-            f"the files' common directory {where} would be the task's raw input, and it holds the pipeline's "
-            f"outputs: put the files in a directory of their own, e.g. data/raw/<task>/"
+            f"the task's raw input (the directory holding all its files, which DVC watches) would be {where}: "
+            "put the files in a directory of their own, e.g. data/raw/<task>/"
         )
     return raw, False
 

@@ -477,6 +477,18 @@ def check_output(args: argparse.Namespace) -> None:
         raise PredictError(f"--output {args.output}: {parent} is a file, not a directory")
 
 
+def open_input(path: str) -> BinaryIO:
+    """``--input``, opened; what stops it is a PredictError naming ``--input``."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise PredictError(f"--input {path}: no such file") from None
+    except IsADirectoryError:
+        raise PredictError(f"--input {path}: is a directory; give a file, one text a line") from None
+    except OSError as err:
+        raise PredictError(f"--input {path}: cannot read it ({err.strerror or err})") from None
+
+
 def write_output(args: argparse.Namespace, inp: BinaryIO | TextIO) -> None:
     """Decode into ``--output`` atomically (the file appears whole, or not at all); a place that cannot
     be written is refused naming ``--output`` (not the temporary file beside it) before decoding."""
@@ -498,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.checkpoint:  # before any input is read (on a missing GPU, model.pt would look corrupt)
             importlib.import_module(DEVICE_CHECK).check_device(args.device or "cpu", "--device")
         inp = sys.stdin.buffer if args.input == "-" and hasattr(sys.stdin, "buffer") else sys.stdin
-        inp = inp if args.input == "-" else open(args.input, "rb")
+        inp = inp if args.input == "-" else open_input(args.input)
         try:
             if args.output == "-":
                 run(args, inp, sys.stdout)

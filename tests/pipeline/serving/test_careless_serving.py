@@ -40,25 +40,23 @@ def one_line(capsys, prog: str) -> str:
     return lines[0]
 
 
-def export_refused(args: list[str], capsys) -> str:
-    """``copyseq export args``: exit code 2 and its one line (a usage error exits through SystemExit)."""
+def refused(main, prog: str, args: list[str], capsys) -> str:
+    """``main(args)``: exit code 2 and its one line (a usage error exits through SystemExit)."""
     capsys.readouterr()
     try:
-        code = export_main(args)
+        code = main(args)
     except SystemExit as exit_:
         code = exit_.code
     assert code == 2
-    return one_line(capsys, "copyseq-export")
+    return one_line(capsys, prog)
+
+
+def export_refused(args: list[str], capsys) -> str:
+    return refused(export_main, "copyseq-export", args, capsys)
 
 
 def predict_refused(args: list[str], capsys) -> str:
-    capsys.readouterr()
-    try:
-        code = predict_main(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    assert code == 2
-    return one_line(capsys, "copyseq-predict")
+    return refused(predict_main, "copyseq-predict", args, capsys)
 
 
 def fake_onnx_export(path: Path) -> Path:
@@ -255,6 +253,16 @@ def test_predict_refuses_output_equal_to_input_and_keeps_it(tmp_path, capsys) ->
         line = predict_refused(args, capsys)
         assert f"--input {io_file} and --output {output} are the same file" in line
         assert io_file.read_text() == "a s1 b\n"
+
+
+def test_predict_names_an_input_it_cannot_read(tmp_path, capsys) -> None:
+    """A missing --input or a directory: one line naming --input and the path, no output written."""
+    base = ["--checkpoint", str(tmp_path / "no_model"), "--output", str(tmp_path / "out.txt"), "--input"]
+    line = predict_refused([*base, str(tmp_path / "missing.txt")], capsys)
+    assert line.endswith(f"--input {tmp_path / 'missing.txt'}: no such file")
+    line = predict_refused([*base, str(tmp_path)], capsys)
+    assert line.endswith(f"--input {tmp_path}: is a directory; give a file, one text a line")
+    assert not (tmp_path / "out.txt").exists()
 
 
 def test_predict_refuses_an_output_it_cannot_write_before_decoding(tmp_path, capsys) -> None:
