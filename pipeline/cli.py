@@ -176,7 +176,7 @@ def _check_repro_args(ctx: typer.Context, args: list[str]) -> None:
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages
 
-    def refuse(message: str, cmd_cls=None) -> None:  # DVC's parser prints its help before erring: one line instead
+    def refuse(message: str) -> None:  # DVC's parser prints its help before erring: one line instead
         ctx.fail(f"repro: {message} (copyseq repro --help: its options)")
 
     parser = next(a.choices["repro"] for a in get_main_parser()._actions if isinstance(a.choices, dict))
