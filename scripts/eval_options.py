@@ -37,6 +37,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
+from pipeline.config.checks import check_serving  # noqa: E402
 from pipeline.config.params import project_root  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
 from pipeline.config.schema import check_params_file  # noqa: E402
@@ -50,7 +51,6 @@ from pipeline.io.files import write_text_atomic  # noqa: E402
 from pipeline.io.shards import first_rows, read_split  # noqa: E402
 from pipeline.reporting.compare import CompareConfig  # noqa: E402
 from pipeline.runtime.device import compute_settings, resolve_device  # noqa: E402
-from pipeline.serving.limits import ServingConfig  # noqa: E402
 from pipeline.training.averaging import snapshots, write_average  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import Vocab  # noqa: E402
@@ -58,8 +58,6 @@ from pipeline.vocab.vocabulary import Vocab  # noqa: E402
 UNK = "<unk>"
 ROUGE_COLUMNS = ["rouge1", "rouge2", "rougeL"]  # a --json of an older version, which recorded no columns
 UNK_COLUMNS = ("unk_tokens", "lines_with_unk", "empty_outputs")  # unk_stats: in every row beside the metrics
-# the decoding settings predict and the server cap, and the params.yaml `serving` limit of each
-SERVING_CAPS = {"beam_size": "max_beam_size", "max_len": "max_output_len"}
 
 
 class Refused(Exception):
@@ -129,17 +127,13 @@ def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[st
     settings = [parse_setting(s) for s in args.settings]
     for mechanism in mechanisms:
         eff = effective_params(params, args.task, mechanism)
-        caps = serving_caps(params, args.task, mechanism, eff)
         for key, value in settings:
+            evaluate = {**eff["evaluate"], key: value}
             try:
-                EvalConfig.from_params({**eff, "evaluate": {**eff["evaluate"], key: value}})
+                EvalConfig.from_params({**eff, "evaluate": evaluate})
+                check_serving(evaluate, params.get("serving"))  # within what predict and the server accept
             except ValueError as err:
                 raise Refused(f"--settings {key}={value!r}: {err}") from err
-            if key in caps and value > caps[key]:  # a valid integer by now (EvalConfig's checks)
-                raise Refused(
-                    f"--settings {key}={value} is over the serving limit serving.{SERVING_CAPS[key]}={caps[key]} "
-                    f"(what predict and the server accept): give {key} <= {caps[key]}"
-                )
             if key == "average_last" and value:
                 kept = len(snapshots(paths.checkpoints(mechanism)))
                 if kept < value:
@@ -148,18 +142,6 @@ def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[st
                         f"({paths.checkpoints(mechanism) / 'steps'}); train with train.keep_checkpoints >= {value}"
                     )
     return mechanisms, settings, notes
-
-
-def serving_caps(params: dict, task: str, mechanism: str, eff: dict) -> dict[str, int]:
-    """The largest ``beam_size`` and ``max_len`` a served model of ``mechanism`` accepts, read as
-    ``predict --checkpoint`` reads them (:class:`ServingConfig` from params' ``serving``): a row
-    decoded with more could never be served, and a huge one would exhaust memory or run for hours."""
-    prepare = (params.get("prepare") or {}).get(task) or {}
-    try:
-        config = ServingConfig.from_params(task, mechanism, prepare, eff.get("evaluate") or {}, params.get("serving"))
-    except ValueError as err:  # SettingsError too: params' serving section, checked by check_params_file already
-        raise Refused(str(err).splitlines()[0]) from None
-    return {key: getattr(config, cap) for key, cap in SERVING_CAPS.items()}
 
 
 def metric_columns(cfg: EvalConfig, split: str) -> set[str]:

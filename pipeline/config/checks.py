@@ -37,7 +37,8 @@ SUBWORD_KEYS = (  # pipeline.data.text.subword.train_sentencepiece's settings, a
 )
 MIN_SUBWORD_VOCAB = 260  # byte fallback's 256 byte pieces and <unk> <s> </s> come first; below it cannot train
 # Far above any subword vocabulary in use (8k-64k pieces; the papers' word vocabularies are 30k-150k): sentencepiece's
-# trainer grows with the size (2**31 - 1 pieces ran for hours before failing; 2**31 is not an int32 to it at all).
+# trainer grows with the size (2**31 - 1 pieces ran at full CPU for over 12 minutes until it was killed; 2**31 is
+# not an int32 to it at all).
 MAX_SUBWORD_VOCAB = 1_000_000
 # the serving limit each evaluate default must be within (pipeline.serving.predictor.ServingConfig)
 SERVING_CAPS = {"beam_size": ("max_beam_size", 20), "max_len": ("max_output_len", 200)}

@@ -312,28 +312,6 @@ def check_splits_differ(given: dict[str, list[str]]) -> None:
                 refuse(f"{first} and {second} name the same file ({same}): each split must be data of its own")
 
 
-def check_own_directory(given: dict[str, list[str]], root: Path) -> None:
-    """Files in a directory of their own: the directory holding them all becomes the task's raw input,
-    which DVC watches, so it must be neither the project root nor ``data/`` (where the pipeline writes its
-    outputs). One file is the raw input itself; a missing file or one outside the project: add_task names it."""
-    root = root.resolve()
-    try:
-        paths = [Path(f).resolve() for files in given.values() for f in files]
-        readable = all(p.is_file() and p.is_relative_to(root) for p in paths)
-    except (OSError, RuntimeError):  # a symlink loop, a name too long ...: add_task names it
-        return
-    if len(paths) < 2 or not readable:
-        return
-    common = Path(os.path.commonpath([str(p.parent) for p in paths])).relative_to(root)
-    if common.parts and common.parts != ("data",):
-        return
-    where = "the whole project" if not common.parts else "data/, where the pipeline writes its outputs"
-    refuse(
-        f"{'/'.join(given)} must name files in a directory of their own, e.g. data/raw/<task>/ (the directory "
-        f"holding them all is the task's raw input, which DVC watches; for these files it would be {where})"
-    )
-
-
 def run_add(params_path: Path, args: argparse.Namespace) -> int:
     """``add``: write the task's entries, print them and what to run next (exit 2 on a refusal)."""
     if args.file and args.train:
@@ -341,7 +319,6 @@ def run_add(params_path: Path, args: argparse.Namespace) -> int:
     given = {"--file" if args.file else "--train": args.file or args.train, "--valid": args.valid, "--test": args.test}
     given = {option: files for option, files in given.items() if files}
     check_splits_differ(given)
-    check_own_directory(given, params_path.parent)
     fields = {k: v for k, v in vars(args).items() if k not in {"command", "params", "file", "train", "mechanisms"}}
     task = NewTask(train=args.file or args.train, train_option="--file" if args.file else "--train", **fields)
     try:

@@ -155,8 +155,8 @@ def test_files_beside_the_outputs_or_outside_the_project_are_refused(project, tm
     with pytest.raises(SystemExit):
         add(*argv)
     err = capsys.readouterr().err
-    assert "--train/--valid/--test must name files in a directory of their own" in err
-    assert "it would be data/, where the pipeline writes its outputs" in err
+    assert "the task's raw input (the directory holding all its files, which DVC watches)" in err
+    assert "would be data/, where the pipeline writes its outputs: put the files in a directory of their own" in err
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     shutil.copy(FIX / "train.tsv", elsewhere / "train.tsv")
     argv = ["mine", "--file", str(elsewhere / "train.tsv"), "--valid-fraction", "0.2", "--test-fraction", "0.2"]

@@ -237,7 +237,7 @@ def test_a_huge_subword_is_refused_by_the_shared_check_at_add_time(project, caps
 @pytest.mark.parametrize(
     ("files", "where"),
     [
-        (["--train", "data/train.tsv", "--valid", "data/valid.tsv", "--test", "data/test.tsv"], "it would be data/"),
+        (["--train", "data/train.tsv", "--valid", "data/valid.tsv", "--test", "data/test.tsv"], "would be data/,"),
         (["--train", RAW + "train.tsv", "--valid", "valid.tsv", "--test", RAW + "test.tsv"], "the whole project"),
     ],
     ids=["data", "project_root"],
@@ -247,8 +247,8 @@ def test_files_without_a_directory_of_their_own_are_one_clear_line(project, caps
         shutil.copy(FIX / name, project / "data" / name)
     shutil.copy(FIX / "valid.tsv", project / "valid.tsv")
     err = refused(project, capsys, ["--params", "params.yaml", "add", "mine", *files, "--src-col", "question"])
-    assert err.startswith("error: --train/--valid/--test must name files in a directory of their own")
-    assert "e.g. data/raw/<task>/" in err and where in err
+    assert err.startswith("error: the task's raw input (the directory holding all its files, which DVC watches)")
+    assert "put the files in a directory of their own, e.g. data/raw/<task>/" in err and where in err
 
 
 # --------------------------------------------------------------------------- #
