@@ -53,7 +53,7 @@ from pipeline.config.variants import display_names  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.io.files import write_text_atomic  # noqa: E402
 from pipeline.reporting.baselines import baseline_names  # noqa: E402
-from pipeline.reporting.compare import CompareConfig, comparison_markdown  # noqa: E402
+from pipeline.reporting.compare import CompareConfig, comparison_markdown, metrics_problem  # noqa: E402
 from pipeline.reporting.experiments import load_runs, render_experiment  # noqa: E402
 
 BLOCK = re.compile(r"<!-- results:(?P<spec>[^\s>]+) -->\n(?P<body>.*?)<!-- /results -->", re.S)
@@ -104,6 +104,12 @@ def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
     return {m: read_json(found[m], root, "split: metrics") for m in names}
 
 
+def metrics_files(root: Path, task: str, names) -> dict[str, str]:
+    """{mechanism: its metrics.json, relative to ``root``}, for messages."""
+    runs = runs_dir(root).relative_to(root)
+    return {m: f"{runs}/{task}/{m}/metrics.json" for m in names}
+
+
 def read_json(path: Path, root: Path, shape: str) -> dict:
     """A metrics or intervals file: a JSON object of objects ({``shape``}); a RenderError naming the
     file when it cannot be read or has another shape (a hand edit, a truncated copy)."""
@@ -123,11 +129,16 @@ def task_intervals(root: Path, task: str) -> dict:
     return read_json(path, root, "split: intervals") if path.exists() else {}
 
 
-def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict] | None = None) -> str:
+def comparison_page(
+    root: Path, params: dict, task: str, metrics: dict[str, dict] | None = None, files: dict[str, str] | None = None
+) -> str:
     """The compare stage's page for ``task`` (without the MLflow champion line); ``metrics``: other
-    runs' metrics than data/eval/runs (an experiment's, shown without the pipeline's intervals)."""
+    runs' metrics than data/eval/runs (an experiment's, shown without the pipeline's intervals), read
+    from ``files`` ({mechanism: file}, named when one lacks what the tables need)."""
     intervals = {} if metrics else task_intervals(root, task)
-    metrics = metrics or task_metrics(root, params, task)
+    if metrics is None:
+        metrics = task_metrics(root, params, task)
+        files = metrics_files(root, task, metrics)
     try:
         eff = effective_params(params, task)
         ev = EvalConfig.from_params(eff)
@@ -137,18 +148,17 @@ def comparison_page(root: Path, params: dict, task: str, metrics: dict[str, dict
         raise RenderError(f"params.yaml, the settings of {task}: {message}") from None
     splits = list(ev.splits) + list(ev.optional_splits)
     kinds = {split: ev.metric_for(split) for split in splits}
-    try:
-        return comparison_markdown(
-            task,
-            metrics,
-            compare,
-            {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)},  # as the stage
-            kinds,
-            intervals,
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as err:  # a figure missing or not a number
-        where = f"{runs_dir(root).relative_to(root)}/{task}/<mechanism>/metrics.json"
-        raise RenderError(f"{where}: a file lacks what its tables need ({type(err).__name__}: {err})") from None
+    for mech, figures in metrics.items():
+        if problem := metrics_problem(figures, kinds, compare.topk):
+            raise RenderError(f"{(files or {}).get(mech, mech)}: {problem} (the tables need it)")
+    return comparison_markdown(
+        task,
+        metrics,
+        compare,
+        {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES), **baseline_names(metrics)},  # as the stage
+        kinds,
+        intervals,
+    )
 
 
 def experiment_block(spec: str, root: Path, params: dict) -> str:
@@ -158,10 +168,13 @@ def experiment_block(spec: str, root: Path, params: dict) -> str:
     folder = root / "docs" / "experiments" / name
     if not (folder / "experiment.yaml").exists():
         raise RenderError(f"block results:{spec}: no {folder.relative_to(root)}/experiment.yaml")
+    try:
+        runs = load_runs(folder)
+    except ValueError as err:  # a run's metrics file not a JSON object
+        raise RenderError(f"block results:{spec}: {err}") from None
     if not run:
         labels = {**DISPLAY_NAMES, **display_names(params, DISPLAY_NAMES)}  # the variants' labels too
         return render_experiment(folder, labels)
-    runs = load_runs(folder)
     if run not in runs:
         raise RenderError(
             f"block results:{spec}: {folder.relative_to(root)} has no run {run!r} (it has {sorted(runs)})"
@@ -169,7 +182,8 @@ def experiment_block(spec: str, root: Path, params: dict) -> str:
     task = yaml.safe_load((folder / "experiment.yaml").read_text(encoding="utf-8"))["task"]
     order = row_order(params)  # as task_metrics
     metrics = dict(sorted(runs[run].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    page = comparison_page(root, params, task, metrics)
+    files = {mech: f"{folder.relative_to(root)}/{run}/{mech}.json" for mech in metrics}
+    page = comparison_page(root, params, task, metrics, files)
     return "\n\n".join(f"### {head[3:]}\n\n{body}" for _, head, body in sections(page))
 
 

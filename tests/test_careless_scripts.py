@@ -205,6 +205,33 @@ def test_render_results_names_a_corrupt_metrics_file(render_results, tmp_path, b
     assert tree(root) == before  # no page rewritten
 
 
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda m: m["test"].pop("top1"), "test.top1 is missing"),
+        (lambda m: m["valid"]["groups"]["x->x"].pop("top10"), "valid.groups.x->x.top10 is missing"),
+        (lambda m: m["test"].update(top10="84.4"), "test.top10 is '84.4', not a number"),
+        (lambda m: m["test"]["copy"]["outputs"].update(copied=[1]), "test.copy.outputs.copied is '[1]', not a number"),
+        (lambda m: m["valid"].pop("n"), "valid.n is missing"),
+    ],
+    ids=["top1", "group top10", "text figure", "list figure", "n"],
+)
+def test_render_results_names_the_figure_a_metrics_file_lacks(render_results, tmp_path, edit, named):
+    """A well-formed JSON file without a figure the tables read is named with that figure's key, in
+    one line, and nothing is written; a bug of the tables' own would not read as a bad file."""
+    root = render_project(tmp_path)
+    path = root / "data/eval/runs/copy_rules/wean/metrics.json"
+    metrics = json.loads(path.read_text())
+    edit(metrics)
+    path.write_text(json.dumps(metrics))
+    before = tree(root)
+    rc, shown, err = call(render_results.main, ["--root", str(root)])
+    assert rc == 2 and shown == ""
+    line = one_line(err)  # render_results: <page of the block>: <metrics file>: <what it lacks>
+    assert line.endswith(f": data/eval/runs/copy_rules/wean/metrics.json: {named} (the tables need it)"), line
+    assert tree(root) == before
+
+
 def test_render_results_names_a_bad_params_file(render_results, tmp_path):
     root = render_project(tmp_path)
     (root / "params.yaml").write_text("tasks: [\n")

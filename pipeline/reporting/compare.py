@@ -282,6 +282,52 @@ def table_cells(split_intervals: dict | None, columns: list[str], key: str | Non
     return {c: found[name] for c, name in names.items() if name in found}
 
 
+TEXT_KEYS = ("skipped", "metric")  # the only keys of a metrics file whose values are text
+
+
+def metrics_problem(metrics: dict, kinds: dict[str, str], topk: int) -> str | None:
+    """What one mechanism's metrics (its metrics.json) lacks for :func:`comparison_markdown`, in a
+    phrase naming the key, or None: every figure a number or null; each split evaluated has its
+    example count ``n``; an exact-match split (``kinds``) its ``top1`` and ``top{topk}``, overall and
+    in each of its groups. Checked before the tables are built, so that an error while building them
+    is a bug of ours, not a bad file."""
+    for split, figures in metrics.items():
+        if not isinstance(figures, dict):
+            return f"{split} is {type(figures).__name__}, not an object"
+        if "skipped" in figures:
+            continue
+        needed = ["n"]
+        if kinds.get(split, "exact_match") == "exact_match":
+            needed += ["top1", f"top{topk}"]
+            groups = figures.get("groups", {})
+            if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+                return f"{split}.groups is not an object of objects"
+            needed += [f"groups.{name}.{key}" for name in groups for key in ("top1", f"top{topk}")]
+        for path in needed:
+            value = figures
+            for key in path.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is None:
+                return f"{split}.{path} is missing"
+        if (bad := _not_a_figure(figures, split)) is not None:
+            return bad
+    return None
+
+
+def _not_a_figure(value, path: str) -> str | None:
+    """The first leaf under ``value`` that is neither a number nor null (text only under TEXT_KEYS)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key in TEXT_KEYS and isinstance(inner, str):
+                continue
+            if (bad := _not_a_figure(inner, f"{path}.{key}")) is not None:
+                return bad
+        return None
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return None
+    return f"{path} is {str(value)[:40]!r}, not a number"
+
+
 def comparison_markdown(
     task: str,
     metrics: dict[str, dict],

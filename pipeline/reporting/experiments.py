@@ -25,12 +25,23 @@ def load_runs(folder: Path) -> dict[str, dict[str, dict]]:
     """``{run: {mechanism: metrics}}`` of an experiment folder, runs and mechanisms sorted by name."""
     runs = {}
     for run in sorted(p for p in folder.iterdir() if p.is_dir()):
-        found = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(run.glob("*.json"))}
+        found = {p.stem: read_metrics(p) for p in sorted(run.glob("*.json"))}
         if found:
             runs[run.name] = found
     if not runs:
         raise FileNotFoundError(f"{folder}: no <run>/<mechanism>.json metrics files")
     return runs
+
+
+def read_metrics(path: Path) -> dict:
+    """One run's metrics file; a ValueError naming it when it is not a JSON object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot be read as JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object {{split: metrics}}, got {type(data).__name__}")
+    return data
 
 
 def mean_sd(values: list[float]) -> tuple[float, float]:
