@@ -10,7 +10,6 @@ schedule from params (needs a Prefect server, see docs/tracking.md); ``python -m
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -19,11 +18,14 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from pipeline.config.arguments import OneLineParser
 from pipeline.config.params import load_params, section
 from pipeline.config.schema import check_params_file
 from pipeline.config.validation import SettingsError
 from pipeline.retrain.run import retrain
 from pipeline.retrain.settings import RetrainConfig
+
+PROG = "copyseq retrain"  # how users run this flow (python -m flows.retrain is the same)
 
 
 def prefect_step(fn: Callable, retries: int, retry_delay_s: float) -> Callable:
@@ -69,8 +71,8 @@ def check_prefect_server(url: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m flows.retrain {serve,run} [--params FILE]``."""
-    parser = argparse.ArgumentParser(prog="python -m flows.retrain", description=__doc__.split("\n\n")[0])
+    """``copyseq retrain {serve,run} [--params FILE]``."""
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "command",
         choices=["serve", "run"],
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("PREFECT_API_URL"):  # run uses it too, when set
             check_prefect_server(os.environ["PREFECT_API_URL"])
     except SettingsError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
         return 2
     if args.command == "run":
         retrain_flow(params_path)

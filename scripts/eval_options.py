@@ -37,6 +37,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
+from pipeline.config.arguments import OneLineParser  # noqa: E402
 from pipeline.config.checks import check_serving  # noqa: E402
 from pipeline.config.params import project_root  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
@@ -54,6 +55,8 @@ from pipeline.runtime.device import compute_settings, resolve_device  # noqa: E4
 from pipeline.training.averaging import snapshots, write_average  # noqa: E402
 from pipeline.training.checkpoints import load_model  # noqa: E402
 from pipeline.vocab.vocabulary import Vocab  # noqa: E402
+
+PROG = "copyseq eval-options"  # how users run this script
 
 UNK = "<unk>"
 ROUGE_COLUMNS = ["rouge1", "rouge2", "rougeL"]  # a --json of an older version, which recorded no columns
@@ -217,7 +220,7 @@ def parse_json(text: str, where: object) -> object:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineParser(prog=PROG, description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--task", default=None)
     p.add_argument("--mechanisms", nargs="+", default=None, help="default: params.yaml's trained mechanisms")
     p.add_argument(
@@ -241,7 +244,7 @@ def main(argv=None) -> int:
     try:
         return run(args)
     except Refused as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
 
 

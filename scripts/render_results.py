@@ -34,7 +34,6 @@ page gets one appended to docs/results.md.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
@@ -46,6 +45,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 
 from models.registry import DISPLAY_NAMES  # noqa: E402
+from pipeline.config.arguments import OneLineParser  # noqa: E402
 from pipeline.config.params import load_params  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
 from pipeline.config.tasks import effective_params  # noqa: E402
@@ -56,6 +56,7 @@ from pipeline.reporting.baselines import baseline_names  # noqa: E402
 from pipeline.reporting.compare import CompareConfig, comparison_markdown, metrics_problem  # noqa: E402
 from pipeline.reporting.experiments import load_runs, render_experiment  # noqa: E402
 
+PROG = "copyseq render-results"  # how users run this script
 BLOCK = re.compile(r"<!-- results:(?P<spec>[^\s>]+) -->\n(?P<body>.*?)<!-- /results -->", re.S)
 # the section headings pipeline.reporting.compare.comparison_markdown writes
 SECTION = re.compile(
@@ -295,7 +296,7 @@ def project_params(given: Path, root: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--check",
         action="store_true",
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             new[target] = text
     except RenderError as err:
-        print(f"render_results: {err}", file=sys.stderr)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
 
     stale = []
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         rel = path.relative_to(root)
         if not args.check:
             write_text_atomic(path, text)  # a page is never left half-written
-            print(f"render_results: rewrote {rel}")
+            print(f"{PROG}: rewrote {rel}")
             continue
         old_blocks = {m["spec"]: m[0] for m in blocks(old)}
         new_blocks = {m["spec"]: m[0] for m in blocks(text)}
@@ -356,10 +357,10 @@ def main(argv: list[str] | None = None) -> int:
             stale.extend("    " + line for line in list(diff)[:40])
     if stale:
         print("\n".join(stale), file=sys.stderr)
-        print("render_results: tables are out of date; run `python scripts/render_results.py`", file=sys.stderr)
+        print(f"{PROG}: tables are out of date; run `{PROG}`", file=sys.stderr)
         return 1
     if args.check:
-        print("render_results: every generated table matches the metrics files")
+        print(f"{PROG}: every generated table matches the metrics files")
     return 0
 
 

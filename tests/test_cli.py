@@ -88,6 +88,6 @@ def test_export_hands_its_arguments_to_the_export_module(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        f"copyseq-export: error: {tmp_path}: neither a checkpoint directory (model.pt) nor a logged model "
+        f"copyseq export: error: {tmp_path}: neither a checkpoint directory (model.pt) nor a logged model "
         "(artifacts/serving.json)"
     )

@@ -84,7 +84,7 @@ def test_refusals_exit_2_with_one_message_before_any_decoding(eval_options, toy_
     argv = ["--task", TASK, "--params", str(toy_copy / "params.yaml"), "--json", str(out), *argv]
     assert eval_options.main(argv) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: ") and message in captured.err
+    assert captured.err.startswith("copyseq eval-options: error: ") and message in captured.err
     assert "Traceback" not in captured.err and captured.out == ""  # nothing decoded, nothing printed
     assert not out.exists()
 

@@ -89,7 +89,7 @@ def test_own_data_tutorial(repo_copy):
     predict = [sys.executable, "-m", "pipeline.serving.predict", "--checkpoint", f"data/checkpoints/{TASK}/copynet",
                "--task", TASK, "--show-copies"]  # fmt: skip
     answer = run(predict, repo, env, transcript, stdin=QUESTION + "\n", timeout=300)
-    lines = [line for line in answer.splitlines() if not line.startswith("copyseq-predict: warning")]
+    lines = [line for line in answer.splitlines() if not line.startswith("copyseq predict: warning")]
     assert len(lines) == 1, answer
 
 

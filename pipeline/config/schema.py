@@ -22,7 +22,6 @@ options class, ``models.registry.model_config``, at the vocab, train and evaluat
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import re
@@ -36,6 +35,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
+from pipeline.config.arguments import OneLineParser
 from pipeline.config.checks import check_cron, check_metric_key, check_subword
 from pipeline.config.mechanisms import declared_mechanisms
 from pipeline.config.params import REPO_ROOT, load_params
@@ -610,9 +610,9 @@ SCHEMA_FILE = REPO_ROOT / "params.schema.json"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.config.schema [--params FILE] [--write]``: check a params file (exit 2 with
-    one line when it is wrong); ``--write`` also rewrites params.schema.json from the classes."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.config.schema", description=main.__doc__)
+    """``copyseq check [--params FILE] [--write]``: check a params file (exit 2 with one line when it is
+    wrong); ``--write`` also rewrites params.schema.json from the classes."""
+    parser = OneLineParser(prog="copyseq check", description=main.__doc__)
     parser.add_argument("--params", default=None, help="params file (default: the repository's params.yaml)")
     parser.add_argument("--write", action="store_true", help="rewrite params.schema.json (for editors)")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Which tasks can run here, switching them on, adding your own: ``python -m pipeline.data.tasks list|enable|add``.
+"""Which tasks can run here, switching them on, adding your own: ``copyseq tasks list|enable|add``.
 
 ``list`` shows every task of ``params.yaml`` (``tasks`` and ``task_settings``) and whether its data
 is present: the raw input and every path its reader settings name (the rule of
@@ -21,9 +21,12 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
+from pipeline.config.arguments import Once, OneLineParser
+from pipeline.config.arguments import refuse as refuse_command
 from pipeline.config.params import REPO_ROOT, UniqueKeyLoader, load_params, section
 from pipeline.config.params_edit import read_params_text, with_line_endings
 from pipeline.config.tasks import task_names, task_settings
@@ -34,6 +37,8 @@ from pipeline.data.corpora.parallel import TOKENIZERS
 from pipeline.data.corpora.tables import FORMATS
 from pipeline.data.prepare import raw_input_paths
 from pipeline.io.files import write_text_atomic
+
+PROG = "copyseq tasks"  # how users run this module (python -m pipeline.data.tasks is the same)
 
 
 def _exists(path: Path) -> bool:
@@ -124,33 +129,8 @@ def rewrite_tasks_block(params_path: Path, block: str, preset: str | None = None
     write_text_atomic(params_path, with_line_endings(raw, text))  # each kept line keeps its own ending
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors (a bad number, an unknown choice or option, a missing argument) as one
-    line, ``error: ...``, exit code 2: no usage block above it (docs/guarantees.md). The subcommands'
-    parsers are of this class too (``add_subparsers`` makes them of the parent's class)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        refuse(message)  # argparse's message names the option: "argument --max-len: invalid int value: 'x'"
-
-
-GIVEN = "_options_given"  # where Once keeps the options it has seen (dropped from the namespace after parsing)
-
-
-class Once(argparse.Action):
-    """Store an option's value(s), refusing the option given a second time: argparse would keep the last
-    one silently (``--valid a.tsv --valid b.tsv`` would drop ``a.tsv``)."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        given = namespace.__dict__.setdefault(GIVEN, set())
-        if self.dest in given:
-            many = " with all its values" if self.nargs == "+" else ""
-            raise argparse.ArgumentError(self, f"given twice: give it once{many}")
-        given.add(self.dest)
-        setattr(namespace, self.dest, values)
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineParser(prog="python -m pipeline.data.tasks", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", action=Once, default=str(REPO_ROOT / "params.yaml"))
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every known task and whether it can run here")
@@ -159,9 +139,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     enable.add_argument("--available", action="store_true", help="every task whose data is present")
     enable.add_argument("--preset", action=Once, choices=["paper", "cpu"], help="also set params.yaml's preset")
     add_arguments(sub.add_parser("add", help="your own corpus as a task (docs/own_data.md)"))
-    args = parser.parse_args(argv)
-    vars(args).pop(GIVEN, None)
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,10 +266,9 @@ def add_arguments(add: argparse.ArgumentParser) -> None:
     )
 
 
-def refuse(message: str) -> None:
+def refuse(message: str) -> NoReturn:
     """A refusal: its one message on stderr (no usage block, no traceback), exit code 2, nothing written."""
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    refuse_command(PROG, message)
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -61,6 +61,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from models.extended import NEG
 from models.registry import runs_on_backbone
 from models.specials import BOS, SPECIALS
+from pipeline.config.arguments import OneLineParser
 from pipeline.config.validation import SettingsError
 from pipeline.io.files import sha256_file, sha256_tree, write_json_atomic
 from pipeline.serving.limits import DECODE_KEYS, ServingConfig
@@ -81,12 +82,12 @@ from pipeline.serving.onnx_predictor import SERVING_JSON
 from pipeline.serving.onnx_pyfunc import download_model, log_onnx_model, register_twin
 from pipeline.serving.onnx_quantize import describe, quantize_graphs
 from pipeline.serving.onnx_weights import WEIGHTS_FILE, shared_segments
-from pipeline.serving.predict import OneLineParser, PredictError, check_model_uri, checkpoint_dir, checkpoint_settings
+from pipeline.serving.predict import PredictError, check_model_uri, checkpoint_dir, checkpoint_settings
 from pipeline.training.checkpoints import load_file, load_model
 from pipeline.vocab.tokenizer import RECORD, TOKENIZER_DIR
 from pipeline.vocab.vocabulary import FEATURES_VOCAB, Vocab
 
-PROG = "copyseq-export"
+PROG = "copyseq export"
 # Every name an ONNX export writes in its directory: an earlier export holding anything else holds the user's
 # files, and is not replaced (that would delete them).
 ONNX_FILES = frozenset(

@@ -23,9 +23,9 @@ The model's serving limits (``params['serving']``, or the registered model's ``s
 apply: every line is read (strict UTF-8) and checked before anything is decoded, and a line over
 a limit, a line that is not UTF-8, a ``--beam``/``--max-len`` over its cap, a checkpoint of another
 mechanism or vocabularies other than its own end the command with one line on stderr
-(``copyseq-predict: error: line N: ...``) and exit code 2, writing no output file. Lines are decoded
+(``copyseq predict: error: line N: ...``) and exit code 2, writing no output file. Lines are decoded
 in chunks of ``max_inputs``, each within ``request_timeout_s``. A line whose source tokens are mostly
-outside the vocabulary is decoded, with ``copyseq-predict: warning: line N: ...`` on stderr.
+outside the vocabulary is decoded, with ``copyseq predict: warning: line N: ...`` on stderr.
 
 ``--runtime onnx`` decodes with an exported model (``copyseq export``, docs/export.md) on onnxruntime
 and numpy, in a process that never imports torch: ``--model`` is then the export directory (read
@@ -51,8 +51,9 @@ from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, NoReturn, TextIO
+from typing import BinaryIO, TextIO
 
+from pipeline.config.arguments import OneLineParser
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import project_root
 from pipeline.config.schema import check_params_file
@@ -63,7 +64,7 @@ from pipeline.io.files import atomic_path
 from pipeline.serving.limits import InputRejected, ServingConfig, refusal_message
 from pipeline.tracking.runs import tracking_uri
 
-PROG = "copyseq-predict"
+PROG = "copyseq predict"
 # The module each runtime decodes with, imported by name once the runtime is chosen (as models.registry
 # imports the mechanisms): the torch runtime's modules import torch at their top, and a process on the
 # onnx runtime must never load it. Each gives ``local_model``.
@@ -76,14 +77,6 @@ CHECKPOINT_FILE = "model.pt"  # what a checkpoint directory holds
 MODEL_SCHEMES = ("models", "runs", "file")
 MODEL_URIS = "models:/<name>@<alias>, models:/<name>/<version>, runs:/<run_id>/<path> or a model directory"
 SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: not a drive letter
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (``prog: error: ...``, exit code 2) without the usage block
-    (a user error is one line: docs/guarantees.md); ``--help`` still prints the usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def max_threads() -> int:

@@ -235,7 +235,9 @@ def test_tasks_add_refuses_a_huge_subword_writing_nothing(tmp_path, monkeypatch,
     with pytest.raises(SystemExit) as exit_:
         tasks.main(argv)
     assert exit_.value.code == 2
-    assert "--subword.vocab_size must be at most 1,000,000" in one_line(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert err.startswith("copyseq tasks: error: ") and err.count("\n") == 1, err
+    assert "--subword.vocab_size must be at most 1,000,000" in err
     assert (tmp_path / "params.yaml").read_bytes() == before
 
 

@@ -228,7 +228,9 @@ def test_careless_values_are_refused_before_anything_is_written(qa, capsys, argv
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert message in err
-    assert err.startswith("error: ") and err.count("\n") == 1  # one line: no usage block, no traceback
+    assert (
+        err.startswith(("copyseq tasks: error: ", "copyseq tasks add: error: ")) and err.count("\n") == 1
+    )  # one line: no usage block, no traceback
     assert (qa / "params.yaml").read_text() == before
 
 

@@ -43,7 +43,10 @@ def refused(project: Path, capsys, argv: list[str]) -> str:
     assert exit_.value.code == 2
     captured = capsys.readouterr()
     err = captured.err
-    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line: no usage block, no traceback
+    assert (
+        err.startswith(("copyseq tasks: error: ", "copyseq tasks add: error: ", "copyseq tasks enable: error: "))
+        and err.count("\n") == 1
+    ), err  # one line: no usage block, no traceback
     assert (project / "params.yaml").read_bytes() == before  # nothing written
     assert not captured.out
     return err
@@ -247,7 +250,9 @@ def test_files_without_a_directory_of_their_own_are_one_clear_line(project, caps
         shutil.copy(FIX / name, project / "data" / name)
     shutil.copy(FIX / "valid.tsv", project / "valid.tsv")
     err = refused(project, capsys, ["--params", "params.yaml", "add", "mine", *files, "--src-col", "question"])
-    assert err.startswith("error: the task's raw input (the directory holding all its files, which DVC watches)")
+    assert err.startswith(
+        "copyseq tasks: error: the task's raw input (the directory holding all its files, which DVC watches)"
+    )
     assert "put the files in a directory of their own, e.g. data/raw/<task>/" in err and where in err
 
 

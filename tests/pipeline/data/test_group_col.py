@@ -140,7 +140,9 @@ def test_the_text_format_refuses_a_group_column(project, capsys):  # noqa: F811
         add("lines", *files, "--group-col", "doc")
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: --group-col is for table files (tsv, csv, jsonl, parquet, arrow), not text files"
+    assert (
+        err == "copyseq tasks: error: --group-col is for table files (tsv, csv, jsonl, parquet, arrow), not text files"
+    )
     assert (project / "params.yaml").read_text() == before
     with pytest.raises(ValueError, match=r"format text has no columns \(.*group_col"):
         parallel.Config.from_dict({"train_src_file": "a.src", "train_tgt_file": "a.tgt", "valid_fraction": 0.1,

@@ -165,10 +165,10 @@ def test_a_broken_file_is_one_error_naming_it_and_nothing_is_written(tmp_path, d
     [
         (b"", 0, "", ""),
         (b"\n\n", 0, "\n\n", ""),
-        (bytes(range(256)) * 4, 2, None, "copyseq-predict: error: line 2: not valid UTF-8 (byte 0x80 at byte 118)\n"),
+        (bytes(range(256)) * 4, 2, None, "copyseq predict: error: line 2: not valid UTF-8 (byte 0x80 at byte 118)\n"),
         (b"a " + b"s1 " * 350_000 + b"b\n", 2, None,
-         "copyseq-predict: error: line 1: 1050003 characters, over the limit of 20000 (serving.max_input_chars)\n"),
-        (None, 2, None, "copyseq-predict: error: --input {input}: no such file\n"),
+         "copyseq predict: error: line 1: 1050003 characters, over the limit of 20000 (serving.max_input_chars)\n"),
+        (None, 2, None, "copyseq predict: error: --input {input}: no such file\n"),
     ],
     ids=["empty", "blank_lines", "binary", "1MB_line", "missing"],
 )  # fmt: skip

@@ -89,7 +89,7 @@ def test_tasks_add_refuses_an_unreadable_path_in_one_line(project, capsys, train
         add(*argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {message}"), err
+    assert err.startswith(f"copyseq tasks: error: {message}"), err
     assert err.count("\n") == 1 and "Traceback" not in err  # one line
     assert (project / "params.yaml").read_text() == before  # nothing written
 

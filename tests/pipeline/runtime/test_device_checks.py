@@ -107,6 +107,6 @@ def test_predict_refuses_its_device_before_reading_input(tmp_path, no_cuda, caps
     code = main(["--checkpoint", str(tmp_path), "--device", "cuda", "--input", str(tmp_path / "absent.txt")])
     assert code == 2
     assert capsys.readouterr().err == (
-        "copyseq-predict: error: --device is 'cuda' but this machine has no CUDA device "
+        "copyseq predict: error: --device is 'cuda' but this machine has no CUDA device "
         "(torch.cuda.is_available() is false); use auto or cpu\n"
     )

@@ -52,11 +52,11 @@ def refused(main, prog: str, args: list[str], capsys) -> str:
 
 
 def export_refused(args: list[str], capsys) -> str:
-    return refused(export_main, "copyseq-export", args, capsys)
+    return refused(export_main, "copyseq export", args, capsys)
 
 
 def predict_refused(args: list[str], capsys) -> str:
-    return refused(predict_main, "copyseq-predict", args, capsys)
+    return refused(predict_main, "copyseq predict", args, capsys)
 
 
 def fake_onnx_export(path: Path) -> Path:
@@ -180,7 +180,7 @@ def test_export_usage_errors_are_one_line(tmp_path, capsys, monkeypatch, args, m
 
 
 def test_help_still_prints_the_usage(capsys) -> None:
-    for main, prog in ((export_main, "copyseq-export"), (predict_main, "copyseq-predict")):
+    for main, prog in ((export_main, "copyseq export"), (predict_main, "copyseq predict")):
         with pytest.raises(SystemExit) as exit_:
             main(["--help"])
         assert exit_.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {prog} ")
@@ -277,7 +277,7 @@ def test_predict_refuses_an_output_it_cannot_write_before_decoding(tmp_path, cap
     assert line.endswith(f"--output {inp / 'out.txt'}: {inp} is a file, not a directory")
     if Path("/proc/self").is_dir():
         line = predict_refused([*base, "/proc/foo.txt"], capsys)
-        assert line.startswith("copyseq-predict: error: --output /proc/foo.txt: cannot write there (")
+        assert line.startswith("copyseq predict: error: --output /proc/foo.txt: cannot write there (")
         assert ".tmp" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
@@ -294,7 +294,7 @@ def test_predict_refuses_an_output_it_cannot_write_before_decoding(tmp_path, cap
 )
 def test_predict_onnx_refuses_threads_out_of_range_and_a_device(tmp_path, capsys, extra, message) -> None:
     line = predict_refused(["--runtime", "onnx", "--model", str(tmp_path), *extra], capsys)
-    assert line == f"copyseq-predict: error: {message}"
+    assert line == f"copyseq predict: error: {message}"
 
 
 def test_predict_refuses_settings_it_would_ignore(tmp_path, capsys) -> None:
@@ -336,7 +336,7 @@ def test_predict_model_uri_of_another_scheme_names_what_is_accepted(tmp_path, ca
     inp.write_text("a s1 b\n")
     line = predict_refused(["--model", "http://127.0.0.1:1/model", "--input", str(inp)], capsys)
     assert line == (
-        "copyseq-predict: error: --model http://127.0.0.1:1/model: a http: URI is not read here; give "
+        "copyseq predict: error: --model http://127.0.0.1:1/model: a http: URI is not read here; give "
         "models:/<name>@<alias>, models:/<name>/<version>, runs:/<run_id>/<path> or a model directory"
     )
 

@@ -394,7 +394,7 @@ def test_an_untraceable_model_is_refused_in_one_line(tmp_path, capsys) -> None:
     ]
     assert export_main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("copyseq-export: error:")
+    assert len(err.splitlines()) == 1 and err.startswith("copyseq export: error:")
     assert "model.read_again.sentences opt1" in err and "supported: CopyNet, the pointer-generator" in err
     assert not (tmp_path / "out").exists()
 
@@ -409,7 +409,7 @@ def test_graphs_that_onnxruntime_cannot_run_on_the_check_are_refused_in_one_line
     args = [str(root / "data/checkpoints" / TASK / "copynet"), "--out", str(tmp_path / "out")]
     assert export_main([*args, "--params", str(root / "params.yaml")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("copyseq-export: error:")
+    assert len(err.splitlines()) == 1 and err.startswith("copyseq export: error:")
     assert "the float32 ONNX graphs of this copynet model do not run on the check's inputs" in err
     assert "INVALID_ARGUMENT" in err and "Got invalid dimensions for input" in err
     assert not (tmp_path / "out").exists()

@@ -118,7 +118,7 @@ def test_sentence_ends_outside_the_source_vocabulary_are_refused_in_one_line(tmp
     args = [str(root / "data/checkpoints" / TASK / "ra_dot"), "--out", str(tmp_path / "out")]
     assert export_main([*args, "--params", str(root / "params.yaml")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("copyseq-export: error:")
+    assert len(err.splitlines()) == 1 and err.startswith("copyseq export: error:")
     assert "model.read_again.sentences opt1" in err and "['.']" in err and "supported: CopyNet" in err
     assert not (tmp_path / "out").exists()
 

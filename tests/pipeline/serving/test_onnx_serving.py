@@ -125,7 +125,7 @@ def test_predict_runtime_onnx_with_the_registered_twin(store, monkeypatch, capsy
     assert main(["--runtime", "onnx", "--model", f"models:/{TASK}@champion"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"copyseq-predict: error: models:/{TASK}@champion is a PyTorch model; its ONNX twin (copyseq export "
+        f"copyseq predict: error: models:/{TASK}@champion is a PyTorch model; its ONNX twin (copyseq export "
         f"--model models:/{TASK}@champion --out DIR --log) is {TWIN}"
     )
 

@@ -269,7 +269,7 @@ def test_predict_refuses_a_line_over_a_limit(project, tmp_path, capsys, lines, e
     args = predict_args(project, limited_params(project, tmp_path), "--input", str(inp), "--output", str(out), *extra)
     code, _, err = run_predict(args, capsys)
     assert code == 2
-    assert err == f"copyseq-predict: error: {message}\n"
+    assert err == f"copyseq predict: error: {message}\n"
     assert not out.exists()  # nothing written
 
 
@@ -281,7 +281,7 @@ def test_predict_decodes_more_lines_than_max_inputs_in_chunks_and_warns(project,
     assert code == 0
     assert out.splitlines() == list(local(project, "copynet").predict(lines)["output"])
     assert out.splitlines()[2] == "b s2 s3"
-    warned = [line for line in err.splitlines() if line.startswith("copyseq-predict: warning: ")]
+    warned = [line for line in err.splitlines() if line.startswith("copyseq predict: warning: ")]
     assert [w.split(":")[2].strip() for w in warned] == ["line 2", "line 6"]  # max_inputs 3: lines 4-6 a chunk
     assert "2 of 2 source tokens (100%) are outside the model's vocabulary" in warned[0]
 
@@ -293,7 +293,7 @@ def test_predict_stops_at_the_deadline(project, tmp_path, capsys) -> None:
     start = time.perf_counter()
     code, out, err = run_predict(predict_args(project, params, "--input", str(inp), "--max-len", "100000"), capsys)
     assert code == 2 and out == ""
-    assert err.startswith("copyseq-predict: error: lines 1-2: decoding stopped: the request took longer than its 0.5 s")
+    assert err.startswith("copyseq predict: error: lines 1-2: decoding stopped: the request took longer than its 0.5 s")
     assert len(err.splitlines()) == 1
     assert time.perf_counter() - start < 10
 
@@ -304,14 +304,14 @@ def test_predict_names_the_line_that_is_not_utf8(project, tmp_path, monkeypatch,
     inp.write_bytes(b"a s1 b\n\xef\xbb\xbfok\na \xff\xfe b\n")
     code, out, err = run_predict(predict_args(project, params, "--input", str(inp)), capsys)
     assert (code, out) == (2, "")
-    assert err == "copyseq-predict: error: line 3: not valid UTF-8 (byte 0xff at byte 3)\n"
+    assert err == "copyseq predict: error: line 3: not valid UTF-8 (byte 0xff at byte 3)\n"
     # stdin as bytes (a real process's sys.stdin.buffer) and as text holding surrogate escapes
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a s1 b\n\xc3(\n")))
     code, _, err = run_predict(predict_args(project, params), capsys)
-    assert (code, err) == (2, "copyseq-predict: error: line 2: not valid UTF-8 (byte 0xc3 at byte 1)\n")
+    assert (code, err) == (2, "copyseq predict: error: line 2: not valid UTF-8 (byte 0xc3 at byte 1)\n")
     monkeypatch.setattr(sys, "stdin", io.StringIO("a \udcff b\n"))
     code, _, err = run_predict(predict_args(project, params), capsys)
-    assert (code, err) == (2, "copyseq-predict: error: line 1: not valid UTF-8 (undecodable byte at character 3)\n")
+    assert (code, err) == (2, "copyseq predict: error: line 1: not valid UTF-8 (undecodable byte at character 3)\n")
     # a UTF-8 byte-order mark on the first line is not part of the text
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\ufeffa s1 b\n".encode())))
     assert run_predict(predict_args(project, params), capsys)[:2] == (0, "b s1\n")
@@ -325,7 +325,7 @@ def test_predict_wrong_mechanism_or_vocabulary_is_a_clean_error(project, tmp_pat
     inp.write_text("a s1 b\n")
     code, out, err = run_predict(predict_args(project, params, "--input", str(inp), "--mechanism", "rnnsearch"), capsys)
     assert (code, out) == (2, "")
-    assert err.startswith("copyseq-predict: error: ") and "is a copynet model, not rnnsearch" in err
+    assert err.startswith("copyseq predict: error: ") and "is a copynet model, not rnnsearch" in err
     assert len(err.splitlines()) == 1
     vocab = Vocab.load(project / "data/vocab" / TASK / "src.vocab")
     for name, itos in (
@@ -356,6 +356,6 @@ def test_predict_command_exits_2_without_a_traceback(project, tmp_path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.decode().strip().splitlines() == [
-        "copyseq-predict: error: line 2: not valid UTF-8 (byte 0x80 at byte 1)"
+        "copyseq predict: error: line 2: not valid UTF-8 (byte 0x80 at byte 1)"
     ]
     assert proc.stdout == b""
