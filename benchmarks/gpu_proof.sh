@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU proof in one run (docs/training.md, "On a GPU"): the device tests on CUDA (every mechanism's
+# The GPU proof in one run (benchmarks/README.md, "On a GPU"): the device tests on CUDA (every mechanism's
 # contract on the recurrent and the Transformer decoder, the backbone heads on tiny local backbones,
 # deterministic training, bf16, update_freq, averaging, CUDA graphs), then from
 # benchmarks/bench_mechanisms.py CUDA graphs against eager training (--modes two-phase graphed) and the
@@ -8,7 +8,7 @@
 # (default out/gpu). The GPU machine lacks the project's pinned transformers: its wheels travel in
 # .whl/ (git-ignored; benchmarks/README.md says which) and install to /tmp/site.
 #
-#     benchmarks/gpu_proof.sh              # about 8 minutes on an H100 (measured 2026-11-27)
+#     benchmarks/gpu_proof.sh              # about 8 minutes on an H100 (benchmarks/README.md)
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gigaword learning curve by training size (issue 14): the `gigaword` task, `cpu` preset, trained on
+# Gigaword learning curve by training size: the `gigaword` task, `cpu` preset, trained on
 # the first N pairs of ../shared/data/gigaword_train_20k for each N given (all: the 20,213), each as
 # a DVC experiment in a separate clone, so the main workspace keeps the default run. The vocabularies
 # are built on all 20,213 pairs at every size (the vocab stage reads the whole split; only the

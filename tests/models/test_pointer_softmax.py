@@ -320,7 +320,7 @@ def test_annotations_override_the_rule() -> None:
 
 
 def test_switch_forced_to_shortlist_equals_plain_shortlist_softmax() -> None:
-    """The issue's "switch bias -inf equals a plain shortlist softmax". In the paper's convention
+    """"Switch bias -inf equals a plain shortlist softmax", read in the paper's convention:
     d_t = p(z_t = 1) is the *shortlist* probability, so forcing the shortlist is a last bias of
     +inf (d_t = 1); -inf (d_t = 0) leaves the location softmax alone, a pointer network."""
     batch = _batch()

@@ -159,7 +159,7 @@ def test_empty_hypothesis_scores_zero_not_nan():
 
 
 def test_equals_rouge_score_without_stemming_single_reference():
-    """The issue's measurement: rouge-score agrees with ROUGE-1.5.5 per summary when stemming is off."""
+    """rouge-score agrees with ROUGE-1.5.5 per summary when stemming is off."""
     from rouge_score import rouge_scorer
 
     head = json.loads((FX / "headlines.json").read_text())
