@@ -523,7 +523,7 @@ def _check(params: Mapping) -> None:
         if settings is None:
             continue
         where = f"task_settings.{task}"
-        selection_split_of(settings.champion, f"{where}.champion")
+        _check_validation_metric(params, task, settings.champion, f"{where}.champion")
         _check_overrides({s: getattr(settings, s) for s in TASK_SECTIONS}, where, TASK_SECTIONS)
         for row, overrides in settings.mechanisms.items():
             _check_overrides(overrides, f"{where}.mechanisms.{row}", MECHANISM_SECTIONS)
@@ -579,15 +579,22 @@ def _check_retrain(params: Mapping, document: ParamsFile) -> None:
     if written and retrain.task not in tasks and retrain.task not in document.task_settings:
         raise SettingsError(f"retrain.task is {retrain.task!r}: not a task under tasks ({', '.join(tasks) or 'none'})")
     if retrain.metric is not None:
-        _, key = selection_split_of(retrain.metric, "retrain.metric")
-        evaluate = effective_params(dict(params), retrain.task).get("evaluate") or {}
-        kind = dict(_pairs(evaluate.get("split_metrics") or {})).get("valid", evaluate.get("metric", "exact_match"))
-        check_metric_key(key, kind, evaluate.get("topk", 10), "retrain.metric")
+        _check_validation_metric(params, retrain.task, retrain.metric, "retrain.metric")
     if retrain.mechanism is not None and retrain.mechanism not in document.mechanisms:
         raise SettingsError(
             f"retrain.mechanism is {retrain.mechanism!r}: not a row under mechanisms "
             f"({', '.join(document.mechanisms) or 'none'}); null takes the champion's"
         )
+
+
+def _check_validation_metric(params: Mapping, task: str, value: str, where: str) -> None:
+    """``value`` (``valid.<key>``) names a score the validation split of ``task`` has under the task's
+    effective ``evaluate`` settings (its ``split_metrics.valid``, else its ``metric``): a champion or a
+    decision on a key that is never computed would fail only after training."""
+    _, key = selection_split_of(value, where)
+    evaluate = effective_params(dict(params), task).get("evaluate") or {}
+    kind = dict(_pairs(evaluate.get("split_metrics") or {})).get("valid", evaluate.get("metric", "exact_match"))
+    check_metric_key(key, kind, evaluate.get("topk", 10), where)
 
 
 def check_params_file(path: str | Path | None = None) -> dict:

@@ -110,6 +110,38 @@ def test_careless_retrain_settings_are_refused_by_check(tmp_path, capsys, old, n
 
 
 @pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        (
+            "copynet_rules.py\n    champion: valid.top1\n",
+            "copynet_rules.py\n    champion: valid.topp1\n",
+            ["copy_rules.champion is 'valid.topp1'", "top1, top10"],
+        ),
+        (
+            "+ DUC 2004\n    raw: ../shared/data\n    champion: valid.rouge2\n",
+            "+ DUC 2004\n    raw: ../shared/data\n    champion: valid.bleu\n",
+            ["gigaword.champion is 'valid.bleu'", "rouge2_f"],
+        ),
+        (
+            'with your copy"\n    champion: valid.bleu\n',
+            'with your copy"\n    champion: valid.rouge2\n',
+            ["wikismall.champion is 'valid.rouge2'", "sari"],
+        ),
+    ],
+    ids=["exact_match", "rouge", "bleu_sari"],
+)
+def test_a_champion_metric_the_validation_split_never_scores_is_refused_by_check(tmp_path, capsys, old, new, words):
+    """The champion is read after every row has trained and been evaluated: a key the task's validation
+    split is not scored with is refused at once, by the task's own validation metric."""
+    (tmp_path / "params.yaml").write_text(edited(old, new), encoding="utf-8")
+    code, err = check(tmp_path / "params.yaml", capsys)
+    assert code == 2
+    assert one_line(err).startswith("error: params.yaml: task_settings.")
+    for word in words:
+        assert word in err
+
+
+@pytest.mark.parametrize(
     ("old", "new"),
     [
         ('cron: "0 3 * * 0"', 'cron: "30 2 * * mon-fri"'),
