@@ -42,11 +42,17 @@ def retrain_flow(params_path: str | None = None, run_stamp: str | None = None) -
 def check_project(params_path: Path) -> None:
     """``params_path`` is the params.yaml of a project checkout: a run works in the params file's
     directory (``dvc pull``/``dvc repro`` there, ``data/retrain/<task>/`` written there), so a params
-    file without the project's dvc.yaml beside it is refused before anything is written."""
+    file without the project's dvc.yaml beside it, or of another name than the params.yaml dvc reads,
+    is refused before anything is written."""
     if not (params_path.parent / "dvc.yaml").is_file():
         raise SettingsError(
             f"--params {params_path}: not a project's params file (no dvc.yaml beside it); retraining runs dvc "
             "and writes data/retrain/ in the params file's directory: give the params.yaml of a project checkout"
+        )
+    if params_path.name != "params.yaml":  # dvc repro reads params.yaml: the data and the challenger would disagree
+        raise SettingsError(
+            f"--params {params_path}: retraining refreshes the data with dvc repro, which reads params.yaml beside "
+            f"dvc.yaml, not {params_path.name}; put these settings in that params.yaml (or a checkout of its own)"
         )
 
 

@@ -260,6 +260,19 @@ def test_retrain_refuses_a_params_file_outside_a_project(retrain_main, tmp_path)
     assert tree(outside) == before and not (outside / "data").exists()  # nothing created beside it
 
 
+def test_retrain_refuses_a_params_file_dvc_does_not_read(retrain_main, tmp_path):
+    """dvc repro, which refreshes the data, reads params.yaml: a copy under another name beside dvc.yaml
+    would train the challenger under other settings than the data it is trained on."""
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "mine.yaml")
+    before = tree(tmp_path)
+    rc, _, err = call(retrain_main, ["run", "--params", str(tmp_path / "mine.yaml")])
+    line = one_line(err)
+    assert rc == 2 and line.startswith(f"copyseq retrain: error: --params {tmp_path / 'mine.yaml'}: ")
+    assert "reads params.yaml beside dvc.yaml, not mine.yaml" in line
+    assert tree(tmp_path) == before
+
+
 def test_retrain_serve_names_prefect_api_url_when_no_server_answers(retrain_main, monkeypatch):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
     rc, _, err = call(retrain_main, ["serve"])
