@@ -21,6 +21,7 @@ output layer's) under each level, on this CPU, in process CPU seconds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -78,7 +79,8 @@ def fingerprints(machine_env: dict, level: str, params: Path) -> dict[str, str]:
     return json.loads(done.stdout)["fingerprints"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)  # --help; no options
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         shim, params = other_vendor_library(workdir), unpinned_params(workdir)

@@ -6,6 +6,7 @@ reference; the pairs are random headline-length strings from a fixed vocabulary 
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 
@@ -41,4 +42,6 @@ def main(n: int = 2000) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=2000, help="headline pairs scored by each (default 2000)")
+    main(parser.parse_args().pairs)

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,44 @@ def test_serve_on_an_empty_or_broken_store_refuses_and_leaves_it(content, says, 
     line = one_error_line(capsys.readouterr().err)
     assert says in line and str(db) in line
     assert spawned == [] and db.read_bytes() == content and list(tmp_path.iterdir()) == [db]
+
+
+@pytest.fixture
+def http_404():
+    """A local HTTP server that answers every request 404 (something else than MLflow on that port)."""
+    import http.server
+    import threading
+
+    class NotMlflow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotMlflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("server", ["nothing listening", "not MLflow"])
+def test_serve_on_a_tracking_server_that_does_not_answer_is_refused_at_once(
+    server, http_404, capsys, spawned, monkeypatch
+):
+    """MLflow's client retries an HTTP store that does not answer for minutes; the check asks its
+    /health once (refused, or not MLflow's answer) and refuses in one line."""
+    uri = f"http://127.0.0.1:{free_port()}" if server == "nothing listening" else http_404
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    started = time.monotonic()
+    assert main(["serve", "copy_rules", "--port", str(free_port())]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"the model registry at {uri} cannot be read: " in line
+    assert (
+        "no MLflow server answers there (ConnectionError" if server == "nothing listening" else "answered HTTP 404"
+    ) in line
+    assert time.monotonic() - started < 30 and spawned == []
 
 
 @pytest.mark.parametrize("port", ["-1", "0", "70000"])

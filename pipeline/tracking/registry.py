@@ -271,11 +271,26 @@ def serving_problem(uri: str, name: str, alias: str) -> str | None:
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
+    if uri.lower().startswith(("http://", "https://")) and (down := _server_problem(uri)):
+        return f"the model registry at {uri} cannot be read: {down}"
     try:
         return _registry_problem(MlflowClient(tracking_uri=uri, registry_uri=uri), name, alias)
     except (MlflowException, SQLAlchemyError) as err:  # not a database, another MLflow's schema, ...
         reason = err.message if isinstance(err, MlflowException) else str(err).splitlines()[0]
         return f"the model registry at {uri} cannot be read: {reason}"
+
+
+def _server_problem(uri: str, timeout_s: float = 10.0) -> str | None:
+    """Why no MLflow server answers at ``uri`` (its ``/health``), or None. Asked once, with a timeout:
+    MLflow's own client retries a server that does not answer with backoff for minutes."""
+    import requests  # MLflow's own HTTP client
+
+    health = uri.rstrip("/") + "/health"
+    try:
+        response = requests.get(health, timeout=timeout_s)
+    except (requests.RequestException, ValueError) as err:  # refused, timed out, not a URL
+        return f"no MLflow server answers there ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+    return None if response.status_code == 200 else f"GET {health} answered HTTP {response.status_code}"
 
 
 def _registry_problem(client, name: str, alias: str) -> str | None:
