@@ -76,6 +76,7 @@ class OnnxModel:
 
     def __init__(self, export_dir: str | Path, threads: int | None = None) -> None:
         self.dir = Path(export_dir)
+        self.threads = threads  # each session's intra-op threads (None: onnxruntime's default)
         self.manifest = read_manifest(self.dir)
         graphs = self.manifest["graphs"]
         # the values stay referenced here: onnxruntime uses their memory for as long as the sessions live

@@ -96,7 +96,8 @@ class OnnxSeqModel(mlflow.pyfunc.PythonModel):
         return {"predictor": None}
 
     def load_context(self, context) -> None:
-        self.predictor = OnnxPredictor(context.artifacts[EXPORT_ARTIFACT])  # checks every file's sha256
+        threads = (context.model_config or {}).get("threads")  # load_model(..., model_config={"threads": N})
+        self.predictor = OnnxPredictor(context.artifacts[EXPORT_ARTIFACT], threads=threads)  # checks every sha256
         if in_scoring_server():
             stop_on_server_exit(self.predictor.stop)
 
@@ -153,15 +154,23 @@ def is_onnx_model(uri: str) -> bool:
     return (info.metadata or {}).get("runtime") == RUNTIME
 
 
-def load_model(uri: str):
-    """``mlflow.pyfunc.load_model`` of a registered or logged ONNX model; a ValueError naming its twin
-    when ``uri`` is a PyTorch model (loading that would load torch)."""
+def load_model(uri: str, threads: int | None = None):
+    """``mlflow.pyfunc.load_model`` of a registered or logged ONNX model, its sessions with ``threads``
+    intra-op threads (None: onnxruntime's default); a ValueError naming its twin when ``uri`` is a
+    PyTorch model (loading that would load torch), or when the model's own logged code does not take
+    ``threads`` (logged by an older version: export it again)."""
     if not is_onnx_model(uri):
         raise ValueError(
             f"{uri} is a PyTorch model; its ONNX twin (copyseq export --model {uri} --out DIR --log) is "
             f"{twin_uri(uri) or 'registered as <name>_onnx'}"
         )
-    return mlflow.pyfunc.load_model(uri)
+    model = mlflow.pyfunc.load_model(uri, model_config={"threads": threads} if threads is not None else None)
+    if threads is not None and getattr(model.unwrap_python_model().predictor.model, "threads", None) != threads:
+        raise ValueError(
+            f"--threads {threads}: {uri} was logged by a version of copyseq whose model code does not take it; "
+            f"export it again (copyseq export --model <its PyTorch model> --out DIR --log) or leave --threads out"
+        )
+    return model
 
 
 REGISTERED = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
@@ -210,6 +219,7 @@ def _log_onnx_model(run_id: str, export_dir: Path, input_example: Sequence[str] 
             input_example=pd.DataFrame({"text": list(input_example)}) if input_example else None,
             metadata={"runtime": RUNTIME, "source_sha256": manifest["source"]["sha256"]},
             tags={"task": config.task, "mechanism": config.mechanism, "runtime": RUNTIME},
+            model_config={"threads": None},  # the keys a load may set (predict --threads); null: onnxruntime's
         )
         active = mlflow.active_run()
         if active is not None and active.info.run_id == run_id:

@@ -31,7 +31,7 @@ outside the vocabulary is decoded, with ``copyseq predict: warning: line N: ...`
 and numpy, in a process that never imports torch: ``--model`` is then the export directory (read
 without MLflow or pandas either) or the URI of a registered ONNX model (``models:/<task>_onnx@champion``);
 its outputs equal the PyTorch model's. ``--runtime torch`` (the default) is the PyTorch predictor.
-``--threads`` (onnxruntime's, 1 to the CPU count) goes with ``--runtime onnx --model DIR`` and ``--device``
+``--threads`` (onnxruntime's, 1 to the CPU count) goes with ``--runtime onnx`` and ``--device``
 with ``--checkpoint``: elsewhere each would be ignored, and is refused instead.
 
 Before any work, ``--output`` is refused when it is ``--input`` itself (the outputs would replace the
@@ -291,17 +291,12 @@ def registered_model(uri: str, runtime: str, threads: int | None = None) -> Pyfu
     if runtime == "onnx" and (Path(uri) / EXPORT_MANIFEST).is_file():
         return ExportDirectory(uri, threads)
     check_model_uri(uri)
-    if threads is not None:  # a logged ONNX model opens its own sessions: --threads would be ignored
-        raise PredictError(
-            f"--threads {threads}: sets the threads of an export directory (--model DIR); a registered ONNX model "
-            "runs with onnxruntime's default (one per core)"
-        )
     import mlflow
     from mlflow.exceptions import MlflowException
 
     try:
         if runtime == "onnx":
-            return PyfuncModel(runtime_module(runtime).load_model(uri))  # refuses a PyTorch model (it would load torch)
+            return PyfuncModel(runtime_module(runtime).load_model(uri, threads))  # refuses a PyTorch model (torch)
         mlflow.set_tracking_uri(tracking_uri())
         mlflow.set_registry_uri(tracking_uri())
         return PyfuncModel(mlflow.pyfunc.load_model(uri))

@@ -302,15 +302,6 @@ def test_predict_refuses_settings_it_would_ignore(tmp_path, capsys) -> None:
     assert line.endswith("--threads 2: onnxruntime's threads, for --runtime onnx only")
     line = predict_refused(["--model", "models:/t@champion", "--device", "cuda"], capsys)
     assert "--device cuda: a registered model decodes on the device of its own serving settings" in line
-    inp = tmp_path / "in.txt"
-    inp.write_text("a s1 b\n")
-    line = predict_refused(
-        ["--runtime", "onnx", "--model", "models:/t_onnx@champion", "--threads", "1", "--input", str(inp)], capsys
-    )
-    assert line.endswith(
-        "--threads 1: sets the threads of an export directory (--model DIR); a registered ONNX model "
-        "runs with onnxruntime's default (one per core)"
-    )
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,27 @@ def test_predict_runtime_onnx_with_the_registered_twin(store, monkeypatch, capsy
     )
 
 
+def test_predict_threads_sets_the_registered_twins_sessions(store, monkeypatch, capsys) -> None:
+    """``--threads`` reaches a registered ONNX model's onnxruntime sessions (through MLflow's
+    model_config) as it reaches an export directory's, and changes no output."""
+    from pipeline.serving import onnx_pyfunc
+    from pipeline.serving.predict import main
+
+    def session_threads(model) -> list[int]:
+        onnx = model.unwrap_python_model().predictor.model
+        return [s.get_session_options().intra_op_num_threads for s in (onnx.encoder, onnx.decoder)]
+
+    assert session_threads(onnx_pyfunc.load_model(TWIN, 1)) == [1, 1]
+    assert session_threads(onnx_pyfunc.load_model(TWIN)) == [0, 0]  # onnxruntime's default
+    text = f"{OOV_TEXT}\na s1 s2 b\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["--runtime", "onnx", "--model", TWIN]) == 0
+    want = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["--runtime", "onnx", "--model", TWIN, "--threads", "1"]) == 0
+    assert capsys.readouterr().out == want
+
+
 def test_the_twin_loads_and_predicts_where_torch_cannot_be_imported(store, tmp_path) -> None:
     project, _, _, _ = store
     code = (
