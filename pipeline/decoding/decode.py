@@ -150,9 +150,8 @@ def copy_shares(model, batch, outputs: list[list[int]]) -> list[list[float]]:
     scores = model.output.score_all(view["s"], view["context"], view)
     if scores.copy is None:
         return [[0.0] * len(ids) for ids in outputs]
-    total = gold_log_probs(
-        scores.gen, scores.gen_shift, scores.copy, scores.copy_shift, view["src_ext"], view["src_mask"], target
-    )
+    # log p(y_t) as the layer itself reads it: its generate scores may be logits it normalises there
+    total = model.output.sequence_gold(scores, view, target, batch, objective=False)  # (B, T)
     no_gen = torch.full_like(scores.gen, NEG)
     copied = gold_log_probs(no_gen, None, scores.copy, scores.copy_shift, view["src_ext"], view["src_mask"], target)
     share = (copied - total).exp().clamp(0.0, 1.0)  # (B, T)
