@@ -66,19 +66,53 @@ def test_two_phase_equals_stepwise(name, i, variant, objective, device):
         check_two_phase(model, contract_batch(True, device), objective)
 
 
+def fixed_noise(x: torch.Tensor) -> torch.Tensor:
+    """A stand-in for ``torch.randn_like``, the noise source of Pointer Softmax's noisy tanh (its
+    xi ~ N(0, 1) in training mode, models/pointer_softmax.py): a fixed function of the input's value,
+    without gradient, so a position gets the same xi in the two-phase pass (all B x T positions at once)
+    and in the stepwise one, and positions with other values other xi. (B, ...) -> (B, ...)."""
+    return torch.cos(7.0 * x.detach())
+
+
+# The variants whose training mode draws noise (Pointer Softmax's noisy switch). Inside [-1, 1] the
+# noisy tanh is the identity and xi has no effect: at the contract's sizes the switch's pre-activations
+# leave it on the transformer decoder only (measured: a third of the first layer's), so only there
+# does the noise reach the output.
+NOISY = [c for c in CASES if c[2].get("switch") == "noisy_residual"]
+NOISY_TF = [c for c in NOISY if str(c[1]).startswith("tf")]
+
+
 @pytest.mark.parametrize("name,i,variant", CASES, ids=IDS)
-def test_two_phase_equals_stepwise_in_training_mode(name, i, variant, device):
+def test_two_phase_equals_stepwise_in_training_mode(name, i, variant, device, monkeypatch):
     """Training mode (the objective, train-time code paths) with dropout 0: still identical in
-    float64, and within float32's rounding at the training precision. A variant whose training mode
-    draws noise (Pointer Softmax's noisy switch) is checked in eval mode only: two runs differ."""
+    float64, and within float32's rounding at the training precision. The noise a variant draws in
+    training mode (Pointer Softmax's noisy switch) is fixed (:func:`fixed_noise`), so every variant is
+    checked: two runs are then equal, and the two-phase pass must apply the noise as the steps do."""
+    monkeypatch.setattr(torch, "randn_like", fixed_noise)
     model = contract_model(name, variant, device).train()
     batch = contract_batch(reads_pointers(model), device)
     first, _ = gold_and_grads(model, batch, None, stepwise=False)
     again, _ = gold_and_grads(model, batch, None, stepwise=False)
-    if not torch.equal(first, again):
-        pytest.skip(f"{name} {variant}: training mode draws noise")
+    assert torch.equal(first, again)
     check_two_phase(model, batch, None)
     check_two_phase_float32(contract_model(name, variant, device, dtype=torch.float32).train(), batch)
+
+
+@pytest.mark.parametrize("name,i,variant", NOISY_TF, ids=[f"{n}-{i}" for n, i, _ in NOISY_TF])
+def test_the_training_noise_is_drawn_and_reaches_the_output(name, i, variant, device, monkeypatch):
+    """What makes the training-mode check above meaningful for a noisy variant: its training mode
+    really draws noise through ``torch.randn_like`` (two runs differ; with the noise fixed they are
+    equal), and another fixed noise gives another output (xi enters the objective)."""
+    model = contract_model(name, variant, device).train()
+    batch = contract_batch(reads_pointers(model), device)
+    drawn = [gold_and_grads(model, batch, None, stepwise=False)[0] for _ in range(2)]  # (B, T) each
+    assert (drawn[0] - drawn[1]).abs().max().item() > 1e-6
+    monkeypatch.setattr(torch, "randn_like", fixed_noise)
+    fixed = gold_and_grads(model, batch, None, stepwise=False)[0]
+    assert torch.equal(fixed, gold_and_grads(model, batch, None, stepwise=False)[0])
+    monkeypatch.setattr(torch, "randn_like", lambda x: torch.zeros_like(x))
+    zero = gold_and_grads(model, batch, None, stepwise=False)[0]
+    assert (fixed - zero).abs().max().item() > 1e-3
 
 
 @pytest.mark.parametrize("name,i,variant", CASES, ids=IDS)

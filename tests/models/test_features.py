@@ -6,7 +6,7 @@ every step (models/seq2seq.py, ``Seq2Seq.encode_features``, ``decoder_input``), 
 - With features, every mechanism on either decoder still gives distributions over the extended
   vocabulary, its two-phase teacher forcing still equals the stepwise one, beam search of a batch
   equals beam search of each example alone, and changing only the features changes the output: at
-  the first step, and at a later step with the decoder state held fixed (the every-step input).
+  the first step, and at every step with the decoder state held fixed (the every-step input).
 - The decoder input is x_t = [e(y_{t-1}) + W_f mean(tag embeddings) + b_f; extra], checked by hand.
 - A checkpoint of the earlier start-only conditioning is refused in one line naming the mismatch.
 - The key test: on a task whose output is the input reversed or copied as a tag says, CopyNet with
@@ -105,18 +105,26 @@ def test_with_features_two_phase_teacher_forcing_equals_stepwise(name, i, varian
 
 @pytest.mark.parametrize("name,i,variant", CASES, ids=IDS)
 def test_the_features_enter_every_decoder_step(name, i, variant):
-    """A later step, from the same decoder state, with only the every-step f swapped for other tags':
-    its distribution changes (start-only conditioning would give the same one)."""
+    """At every step t of the gold prefix, from the same decoder state (stepped so far with the
+    example's own tags), swapping only the every-step f for other tags' changes every example's
+    distribution (start-only conditioning, or f dropped after some step, would leave it unchanged
+    there). f itself is static: the state carries the same one at every step."""
     model = features_model(name, variant).eval()
     batch = features_batch(model)
+    steps = batch.tgt_in.size(1)  # T
+    assert steps >= 4
     with torch.no_grad():
         other_f = model.encode(features_batch(model, OTHER_TAGS))["features"]  # (B, E)
         state = model.encode(batch)
-        _, state = model.step(state, batch.tgt_in[:, 0])  # step 1 with the example's own tags
-        mine = model.step(state, batch.tgt_in[:, 1])[0]  # step 2: (B, V + X)
-        swapped = model.step({**state, "features": other_f}, batch.tgt_in[:, 1])[0]
-    for b in range(TAGS.size(0)):
-        assert not torch.allclose(mine[b], swapped[b], atol=1e-6), b
+        own_f = state["features"]  # (B, E)
+        assert not torch.allclose(own_f, other_f)
+        for t in range(steps):
+            prev = batch.tgt_in[:, t]  # (B,) y_{t-1}, <pad> past an example's end
+            swapped = model.step({**state, "features": other_f}, prev)[0]  # (B, V + X)
+            mine, state = model.step(state, prev)  # the run goes on with the example's own tags
+            assert torch.equal(state["features"], own_f), t  # f is static: the same at every step
+            for b in range(TAGS.size(0)):
+                assert not torch.allclose(mine[b], swapped[b], atol=1e-6), (t, b)
 
 
 @pytest.mark.parametrize("name,i,variant", CASES[:1] + [c for c in CASES if c[1] == "tf0"][:1], ids=["rnn", "tf"])

@@ -13,6 +13,7 @@ from the paper's formulas (z_t = 1: shortlist, z_t = 0: location, section 4):
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -221,9 +222,25 @@ def test_options_are_checked() -> None:
     cfg = ModelConfig(src_vocab=10, tgt_vocab=10, options={"shortlist": 6, "nope": 1})
     with pytest.raises(ValueError, match="nope"):
         build_pointer_softmax(cfg)
-    for bad in ({"switch": "relu"}, {"temperature": 0.0}, {"shortlist": 4}, {"decode": "beam"}):
-        with pytest.raises(ValueError):
+    # Each bad option with the one check it fails, the last words of the message (the options' repr
+    # comes before them; anchored at the end: a ValueError for another reason fails).
+    errors = [
+        ({"switch": "relu"}, "switch in ('mlp', 'noisy_residual')"),
+        ({"temperature": 0.0}, "temperature > 0"),
+        ({"shortlist": 4}, "shortlist > 4"),
+        ({"decode": "beam"}, "decode in ('marginal', 'max')"),
+        ({"unknown_pointer": "zero"}, "unknown_pointer in ('argmax', 'switch')"),
+        ({"batch_vocab_scope": "corpus"}, "batch_vocab_scope in ('batch', 'example')"),
+        ({"batch_vocab": 4}, "batch_vocab > 4"),
+        ({"switch_hidden": 0}, "switch_hidden >= 1"),
+    ]
+    for bad, need in errors:
+        message = r"^invalid pointer_softmax options PointerSoftmaxOptions\(.*\): need " + re.escape(need) + "$"
+        with pytest.raises(ValueError, match=message):
             build_pointer_softmax(ModelConfig(src_vocab=10, tgt_vocab=10, options=bad))
+    both = re.escape("need switch in ('mlp', 'noisy_residual'), temperature > 0") + "$"  # every failed check
+    with pytest.raises(ValueError, match=both):
+        build_pointer_softmax(ModelConfig(src_vocab=10, tgt_vocab=10, options={"switch": "relu", "temperature": -1}))
     with pytest.raises(ValueError, match="larger than"):
         build_pointer_softmax(ModelConfig(src_vocab=10, tgt_vocab=10, options={"shortlist": 11}))
 
@@ -320,7 +337,7 @@ def test_annotations_override_the_rule() -> None:
 
 
 def test_switch_forced_to_shortlist_equals_plain_shortlist_softmax() -> None:
-    """"Switch bias -inf equals a plain shortlist softmax", read in the paper's convention:
+    """Switch bias -inf equals a plain shortlist softmax, read in the paper's convention:
     d_t = p(z_t = 1) is the *shortlist* probability, so forcing the shortlist is a last bias of
     +inf (d_t = 1); -inf (d_t = 0) leaves the location softmax alone, a pointer network."""
     batch = _batch()

@@ -22,6 +22,7 @@ the paper's z_i = 1 - sigmoid(.) on torch's weights.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -76,8 +77,16 @@ def test_options_parse_and_reject_unknown() -> None:
     cfg = ModelConfig(src_vocab=12, tgt_vocab=V, emb=4, hidden=3, options={"cells": "gru"})
     with pytest.raises(ValueError, match="cells"):
         build_read_again(cfg)
-    for bad in ({"cell": "rnn"}, {"sentences": "opt3"}, {"decoder_vocab": 4}, {"max_sentences": 0}):
-        with pytest.raises(ValueError):
+    # Each bad option with the message it raises (anchored: a ValueError for another reason fails).
+    errors = [
+        ({"cell": "rnn"}, "read_again cell 'rnn'; known: ('gru', 'lstm')"),
+        ({"sentences": "opt3"}, "read_again sentences 'opt3'; known: ('single', 'opt1', 'opt2')"),
+        ({"decoder": "rnn"}, "read_again decoder 'rnn'; known: ('gru', 'lstm')"),
+        ({"decoder_vocab": 4}, "read_again decoder_vocab 4 must exceed the 4 specials"),
+        ({"max_sentences": 0}, "read_again max_sentences must be >= 1"),
+    ]
+    for bad, message in errors:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             ReadAgainOptions(**bad)
     with pytest.raises(ValueError, match="own encoder"):
         build_read_again(ModelConfig(src_vocab=12, tgt_vocab=V, emb=4, hidden=3, encoder="transformer"))

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 
 import pytest
 import torch
 
+from models import wean
 from models.baselines import build_encdec, build_rnnsearch
 from models.config import ModelConfig
 from models.copynet import build_copynet
@@ -74,11 +76,21 @@ def test_options_defaults_and_errors() -> None:
     assert model.output.score == "general" and model.output.shortlist is None and model.output.n == V
     assert model.decoder.rnn.num_layers == 2 and not model.output.can_copy
     assert _model("wean", layers=1).decoder.rnn.num_layers == 1  # LCSTS decoder (3.2.3)
-    for bad in ({"score": "bilinear"}, {"candidates": 4}, {"layers": 0}, {"n": 5}):
-        with pytest.raises(ValueError):
+    # Each bad option with the message it raises (anchored: a ValueError for another reason fails).
+    errors = [
+        ({"score": "bilinear"}, "model.wean.score must be one of ('dot', 'general', 'concat'), not 'bilinear'"),
+        ({"candidates": 4}, "model.wean.candidates must exceed the 4 specials, not 4"),
+        ({"layers": 0}, "model.wean.layers must be >= 1, not 0"),
+        ({"n": 5}, "model.wean: unknown settings ['n']; known: ['candidates', 'layers', 'score']"),
+    ]
+    for bad, message in errors:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             _model("wean", **bad)
-    with pytest.raises(ValueError):
+    luong = "model.luong: unknown settings ['score']; known: ['candidates', 'layers']"
+    with pytest.raises(ValueError, match=f"^{re.escape(luong)}$"):
         _model("luong", score="dot")  # the baseline has no score function
+    with pytest.raises(ValueError, match=f"^{re.escape('model.luong.candidates must exceed the 4 specials, not 3')}$"):
+        _model("luong", candidates=3)
     # More candidates than words: every word is a candidate.
     assert _model("wean", candidates=1000).output.shortlist is None
     assert _model("luong", candidates=6).output.shortlist == 6
@@ -200,6 +212,57 @@ def test_emb_and_hidden_sizes_may_differ() -> None:
         assert model.output.w_c.weight.shape == (7, 3 + 6)
         with torch.no_grad():
             assert torch.isfinite(model(_batch())).all()
+
+
+def test_concat_scores_in_several_chunks_equal_one_chunk(monkeypatch) -> None:
+    """The concat score v^T tanh(W_q q + W_e e_i) runs over the B x T query rows in chunks of about
+    ``CONCAT_CHUNK`` elements of the (rows, n, E) block, each recomputed in the backward pass
+    (models/wean.py). At the toy sizes every run is one chunk; with the chunk set to 2 x n x E (two
+    query rows: 11 chunks for the 21 rows, the last one ragged), the per-token log-likelihoods, with and
+    without gradients, and every parameter's gradient equal the one-chunk run's (float64, 1e-12)."""
+    model = _model("wean", seed=3, score="concat").double().train()
+    batch = _batch()
+    out = model.output
+    n, e = out.n, out.emb.embedding_dim
+    rows = batch.size * batch.tgt_in.size(1)  # B x T = 3 x 7 query rows
+    assert rows * n * e <= wean.CONCAT_CHUNK  # the default: one chunk
+
+    chunk_rows: list[int] = []  # the query rows of every chunk computed, in order
+    one_chunk = type(out)._concat_chunk
+
+    def recording_chunk(self, queries, w_e_keys):  # (rows, E), (n, E) -> (rows, n)
+        chunk_rows.append(queries.size(0))
+        return one_chunk(self, queries, w_e_keys)
+
+    monkeypatch.setattr(type(out), "_concat_chunk", recording_chunk)
+
+    def run() -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor], list[int]]:
+        """(B, T) log-likelihoods without and with gradients, the gradients of their sum, and the chunk
+        sizes of the forward pass."""
+        with torch.no_grad():
+            no_grad = model(batch)
+        model.zero_grad(set_to_none=True)
+        chunk_rows.clear()
+        gold = model(batch)
+        forward = list(chunk_rows)
+        gold.sum().backward()
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        return no_grad, gold.detach(), grads, forward
+
+    ref_no_grad, ref, ref_grads, ref_chunks = run()
+    assert ref_chunks == [rows]
+    assert chunk_rows == [rows, rows]  # the backward pass recomputed the chunk (checkpointing)
+    monkeypatch.setattr(wean, "CONCAT_CHUNK", 2 * n * e)
+    got_no_grad, got, grads, chunks = run()
+    assert chunks == [2] * 10 + [1]
+    assert sorted(chunk_rows[len(chunks) :]) == sorted(chunks)  # each one recomputed once, backward
+    assert torch.allclose(got_no_grad, ref_no_grad, rtol=0, atol=1e-12)
+    assert torch.allclose(got, ref, rtol=0, atol=1e-12), (got - ref).abs().max()
+    assert torch.allclose(got, got_no_grad, rtol=0, atol=1e-12)
+    assert grads.keys() == ref_grads.keys()
+    assert {"tgt_emb.weight", "output.w_q.weight", "output.w_e.weight", "output.v.weight"} <= grads.keys()
+    for key, grad in grads.items():
+        assert torch.allclose(grad, ref_grads[key], rtol=0, atol=1e-12), (key, (grad - ref_grads[key]).abs().max())
 
 
 # ---------------------------------------------------------------------------------------------
