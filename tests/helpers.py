@@ -506,26 +506,36 @@ def brute_force(model, batch, max_len: int) -> list[tuple[list[int], float]]:
     return out
 
 
-def check_beam_equals_brute_force(model, device, max_len: int = 3) -> None:
+def check_beam_equals_brute_force(model, device, max_len: int = 3, alpha: float = 1.0) -> None:
     """(5) Batched beam search, with a beam as wide as the search space, equals brute-force
-    enumeration: the same best hypotheses in the same order, with the same scores; they are genuine
-    (never an impossible token), a mechanism uses an OOV slot only if it can copy, and the
-    enumerated sequences form a distribution (their probabilities sum to 1)."""
+    enumeration: it returns every genuine sequence (ending in </s> or cut at ``max_len``, no impossible
+    token) and nothing else, with the same scores, best first; with the GNMT length penalty ``alpha``
+    the same sequences and scores, ranked by score / ((5 + |y|) / 6) ** alpha (|y| counting </s>).
+    A mechanism uses an OOV slot only if it can copy, and the enumerated sequences form a
+    distribution (their probabilities sum to 1)."""
     v = len(SEARCH_TGT_VOCAB)
-    beam = beam_search(model, search_batch(device), beam_size=(v + 1) ** max_len, max_len=max_len)
+    width = (v + 1) ** max_len  # at least the number of prefixes of any example (V + X = 7 ids here)
+    batch = search_batch(device)
+    plain = beam_search(model, batch, beam_size=width, max_len=max_len)
+    penalised = beam_search(model, batch, beam_size=width, max_len=max_len, length_penalty=alpha)
     for i, src in enumerate(SEARCH_SRCS):
         one = search_batch(device, [src])
         brute = brute_force(model, one, max_len)
         n_own = v + len(one.oovs[0])
         # All sequences: those ending in </s> at step 1, 2, 3 and the ones cut at 3.
         assert len(brute) == 1 + (n_own - 1) + (n_own - 1) ** 2 * n_own
-        top_beam = beam[i][:5]
-        assert [h.ids for h in top_beam] == [ids for ids, _ in brute[:5]], i
-        for h, (_, score) in zip(top_beam, brute[:5]):
-            assert h.score == pytest.approx(score, abs=1e-4)
-            assert h.rank_score == h.score  # no length penalty
-            assert score > -50  # genuine hypotheses, not impossible ones
-        uses_oov = any(v in ids for ids, s in brute if s > LIVE)
+        genuine = {tuple(ids): score for ids, score in brute if score > LIVE}
+        assert max(genuine.values()) > -50  # (the best are likely sequences, not barely possible ones)
+        for hyps, penalty in ((plain[i], 0.0), (penalised[i], alpha)):
+            got = {tuple(h.ids): h for h in hyps}
+            assert len(got) == len(hyps) and got.keys() == genuine.keys(), (i, penalty)
+            for ids, h in got.items():
+                assert h.score == pytest.approx(genuine[ids], abs=1e-4), (i, ids)
+                length_penalty = ((5.0 + len(ids)) / 6.0) ** penalty
+                assert h.rank_score == pytest.approx(genuine[ids] / length_penalty, abs=1e-4), (i, ids, penalty)
+            ranks = [h.rank_score for h in hyps]
+            assert ranks == sorted(ranks, reverse=True), (i, penalty)
+        uses_oov = any(v in ids for ids in genuine)
         assert uses_oov == (model.output.can_copy and len(one.oovs[0]) > 0)
         assert sum(math.exp(s) for _, s in brute) == pytest.approx(1.0, abs=1e-4)
 

@@ -161,7 +161,7 @@ METRIC_KEYS = {
 def metric_keys(kind: str, topk: int) -> tuple[str, ...] | None:
     """The keys the scores of a split scored by ``kind`` have (None: a kind this table does not know,
     which the evaluate stage refuses itself)."""
-    return ("top1", f"top{topk}") if kind == "exact_match" else METRIC_KEYS.get(kind)
+    return tuple(dict.fromkeys(("top1", f"top{topk}"))) if kind == "exact_match" else METRIC_KEYS.get(kind)
 
 
 def check_metric_key(key: str, kind: str, topk: int, where: str) -> None:

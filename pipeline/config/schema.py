@@ -45,6 +45,7 @@ from pipeline.config.tasks import (
     effective_params,
     selection_split_of,
     task_names,
+    task_settings,
 )
 from pipeline.config.validation import SettingsError
 from pipeline.config.variants import check_variants, resolve, variants_section
@@ -542,6 +543,8 @@ def _check(params: Mapping) -> None:
                     continue
                 what = f"{section} (task {task}" + (f", row {row})" if row else ")")
                 build(cls, merged.get(section), what)
+            if row is not None:
+                _check_selection_beam(params, merged, task, row)
 
 
 def _check_rows(params: Mapping, rows: tuple[str, ...]) -> None:
@@ -587,14 +590,45 @@ def _check_retrain(params: Mapping, document: ParamsFile) -> None:
         )
 
 
+def _valid_kind(evaluate: Mapping) -> str:
+    """The metric that scores the validation split: ``split_metrics.valid``, else ``metric``."""
+    return dict(_pairs(evaluate.get("split_metrics") or {})).get("valid", evaluate.get("metric", "exact_match"))
+
+
+AUTO_SELECT_BY = {"exact_match": "metric"}  # train.select_by: auto, by the validation split's metric kind
+
+
+def resolved_select_by(select_by: str, valid_kind: str) -> str:
+    """``train.select_by`` made concrete: ``auto`` is the metric for a task scored by exact match (its
+    validation loss bottoms out epochs before accuracy stops rising: docs/training.md, "Which
+    checkpoint"), the loss for the text metrics."""
+    return select_by if select_by != "auto" else AUTO_SELECT_BY.get(valid_kind, "loss")
+
+
+def _check_selection_beam(params: Mapping, merged: Mapping, task: str, row: str) -> None:
+    """A row whose checkpoints are chosen by the champion's metric decodes the validation split with a
+    beam of ``train.select_beam``: a champion ``valid.top<k>`` needs k hypotheses, which a narrower
+    beam never gives (the first validation would fail on a score that is not there)."""
+    train, evaluate = merged.get("train") or {}, merged.get("evaluate") or {}
+    if resolved_select_by(train.get("select_by", "auto"), _valid_kind(evaluate)) != "metric":
+        return
+    _, key = selection_split_of(str(task_settings(dict(params), task).get("champion", "valid.top1")), "champion")
+    beam = train.get("select_beam", 1)
+    if key.startswith("top") and key[3:].isdigit() and int(key[3:]) > beam:
+        raise SettingsError(
+            f"task_settings.{task}.champion is 'valid.{key}' and the checkpoints of {row} are chosen by it, "
+            f"but train.select_beam is {beam}: a beam of {beam} gives {key} no value; set train.select_beam to "
+            f"{key[3:]} or more, train.select_by: loss, or champion: valid.top1"
+        )
+
+
 def _check_validation_metric(params: Mapping, task: str, value: str, where: str) -> None:
     """``value`` (``valid.<key>``) names a score the validation split of ``task`` has under the task's
     effective ``evaluate`` settings (its ``split_metrics.valid``, else its ``metric``): a champion or a
     decision on a key that is never computed would fail only after training."""
     _, key = selection_split_of(value, where)
     evaluate = effective_params(dict(params), task).get("evaluate") or {}
-    kind = dict(_pairs(evaluate.get("split_metrics") or {})).get("valid", evaluate.get("metric", "exact_match"))
-    check_metric_key(key, kind, evaluate.get("topk", 10), where)
+    check_metric_key(key, _valid_kind(evaluate), evaluate.get("topk", 10), where)
 
 
 def check_params_file(path: str | Path | None = None) -> dict:

@@ -8,14 +8,8 @@ from dataclasses import replace
 
 from pydantic.dataclasses import dataclass
 
-from pipeline.config.schema import SETTINGS, TrainSettings, build
+from pipeline.config.schema import SETTINGS, TrainSettings, build, resolved_select_by
 from pipeline.training.schedule import LRSchedule
-
-# train.select_by: auto, by the kind of metric the task is scored by (on the validation split). Exact
-# match is chosen by its metric: there the validation loss bottoms out epochs before accuracy stops
-# rising (docs/training.md, "Which checkpoint"); the text metrics keep the loss, which was not measured
-# against their metric here.
-AUTO_SELECT_BY = {"exact_match": "metric"}
 
 
 @dataclass(frozen=True, config=SETTINGS)
@@ -26,9 +20,7 @@ class TrainConfig(TrainSettings):
 
     def resolved(self, metric_kind: str) -> TrainConfig:
         """``select_by: auto`` made concrete for a task scored by ``metric_kind`` on its validation split."""
-        if self.select_by != "auto":
-            return self
-        return replace(self, select_by=AUTO_SELECT_BY.get(metric_kind, "loss"))
+        return replace(self, select_by=resolved_select_by(self.select_by, metric_kind))
 
     def with_seed(self, index: int) -> TrainConfig:
         """The settings of the row's ``index``-th training (0: the first, seed ``seed``)."""

@@ -141,6 +141,25 @@ def test_a_champion_metric_the_validation_split_never_scores_is_refused_by_check
         assert word in err
 
 
+def test_a_top_k_champion_a_greedy_selection_cannot_score_is_refused_by_check(tmp_path, capsys):
+    """copy_rules chooses checkpoints by its champion's metric (exact match: select_by auto), decoded with
+    train.select_beam 1: a champion valid.top10 would have no value at the first validation."""
+    old, new = "copynet_rules.py\n    champion: valid.top1\n", "copynet_rules.py\n    champion: valid.top10\n"
+    (tmp_path / "params.yaml").write_text(edited(old, new), encoding="utf-8")
+    code, err = check(tmp_path / "params.yaml", capsys)
+    assert code == 2
+    assert one_line(err) == (
+        "error: params.yaml: task_settings.copy_rules.champion is 'valid.top10' and the checkpoints of encdec are "
+        "chosen by it, but train.select_beam is 1: a beam of 1 gives top10 no value; set train.select_beam to 10 "
+        "or more, train.select_by: loss, or champion: valid.top1\n"
+    )
+    (tmp_path / "params.yaml").write_text(
+        edited(old, new).replace("\ntrain:                 # docs/training.md\n", "\ntrain:\n  select_by: loss\n", 1),
+        encoding="utf-8",
+    )
+    assert check(tmp_path / "params.yaml", capsys)[0] == 0  # chosen by the loss: nothing decodes top10
+
+
 @pytest.mark.parametrize(
     ("old", "new"),
     [

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +25,7 @@ from pipeline.data.corpora.copynet_rules import (
     write_splits,
 )
 from pipeline.io.shards import read_split
+from tests.helpers import REPO
 
 SMALL = RulesConfig(n_rules=25, instances_per_rule=40, unseen_per_rule=6, seed=99)
 REGULAR = re.compile(r"s(\d+)")
@@ -80,9 +86,46 @@ def recover_fillers(rule: Rule, row: dict) -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- #
 
 
+# The rules and examples of SMALL as a digest, printed by a fresh interpreter.
+DIGEST = """
+import hashlib, json
+from dataclasses import asdict
+from pipeline.data.corpora.copynet_rules import RulesConfig, generate_examples, generate_rules
+cfg = RulesConfig(**json.loads({cfg!r}))
+blob = {{"rules": [asdict(r) for r in generate_rules(cfg)], "examples": generate_examples(cfg)}}
+print(hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest())
+"""
+
+
+def _digest(rules: list[Rule], examples: dict[str, list[dict]]) -> str:
+    blob = {"rules": [asdict(r) for r in rules], "examples": examples}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+
+
 def test_determinism_same_seed(small_examples) -> None:
+    """The same config gives the same corpus, in this process and in fresh interpreters whose string
+    hashing is salted differently (``PYTHONHASHSEED``): a draw that read ``hash()`` of a string or a
+    set's iteration order would pass the in-process check and differ across the two processes (about
+    0.3 s each, run side by side)."""
     assert generate_examples(SMALL) == small_examples
     assert generate_rules(SMALL) == generate_rules(SMALL)
+    code = DIGEST.format(cfg=json.dumps(asdict(SMALL)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            env={**env, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("1", "2")
+    ]
+    outputs = [run.communicate(timeout=60) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    here = _digest(generate_rules(SMALL), small_examples)
+    assert [out.strip() for out, _ in outputs] == [here, here]
 
 
 def test_different_seed_differs(small_examples) -> None:

@@ -6,13 +6,14 @@ tests on ../shared/data run when it is present and skip otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
 import pytest
 
 from pipeline.data.corpora import dress, ewsew, pwkp, turkcorpus
-from pipeline.data.corpora.common import CorpusFormatError, Quarantined
+from pipeline.data.corpora.common import CorpusFormatError, Quarantined, pair_key
 from pipeline.io.parallel import ProcessMap
 from tests.helpers import FIXTURES, quarantine, shared_path, split_rows
 
@@ -393,6 +394,135 @@ def test_pwkp_malformed_blocks(tmp_path):
     assert not (tmp_path / "out2").exists()
 
 
+# The original PWKP_108016 of Zhu et al. is in no public copy (../shared/data/INDEX.md), so its
+# 89,042/205/100 split cannot be checked; this file, written by hand in its format (a complex sentence,
+# its simple sentence(s), a blank line), holds each case the split handles, with the DRESS-layout test
+# files the WikiSmall split was made with: 1:n alignments, a test source (three times: its pair, the
+# same complex sentence with another simple side, its pair again), an exact duplicate, two pairs
+# sharing a complex sentence, separators of two blank lines and of spaces, no final newline. Line
+# numbers in the comments are the ids.
+ORIGINAL_PWKP = (
+    "April is the fourth month of the year , with 30 days .\n"  # 1: a 1:2 alignment
+    "April is the fourth month of the year .\n"
+    "It has 30 days .\n"
+    "\n"
+    "Rome is the capital city of Italy .\n"  # 5: a test source
+    "Rome is in Italy .\n"
+    "\n"
+    "The cat sat on the mat because it was warm .\n"  # 8
+    "The cat sat on the mat .\n"
+    "\n"
+    "April is the fourth month of the year , with 30 days .\n"  # 11: block 1 again
+    "April is the fourth month of the year .\n"
+    "It has 30 days .\n"
+    "\n"
+    "\n"
+    "The cat sat on the mat because it was warm .\n"  # 16: block 8's complex, another simple
+    "The mat was warm .\n"
+    "   \n"
+    "Rome is the capital city of Italy .\n"  # 19: the test source, another simple
+    "Rome is a city .\n"
+    "\n"
+    "Rome is the capital city of Italy .\n"  # 22: block 5 again
+    "Rome is in Italy .\n"
+    "\n"
+    "Mercury is the smallest planet in the Solar System .\n"  # 25
+    "Mercury is the smallest planet .\n"
+    "\n"
+    "Oxygen is a chemical element with symbol O and atomic number 8 .\n"  # 28: 1:3
+    "Oxygen is a chemical element .\n"
+    "Its symbol is O .\n"
+    "Its atomic number is 8 .\n"
+    "\n"
+    "The Danube flows through ten countries , more than any other river .\n"  # 33
+    "The Danube flows through ten countries .\n"
+    "\n"
+    "Tea is an aromatic drink made by pouring hot water over leaves .\n"  # 36
+    "Tea is a drink .\n"
+    "\n"
+    "Basalt is a dark volcanic rock formed from rapidly cooled lava .\n"  # 39, no final newline
+    "Basalt is a dark rock ."
+)
+ORIGINAL_TEST_SRC = "Rome is the capital city of Italy .\nAda Lovelace wrote the first computer program .\n"
+ORIGINAL_TEST_DST = "Rome is in Italy .\nAda Lovelace wrote a program .\n"
+
+
+def blocks_by_hand(text: str) -> dict[int, tuple[list[str], list[str]]]:
+    """line of the complex sentence -> (its tokens, the simple sentences' tokens joined), read here."""
+    out, block, start = {}, [], 0
+    for number, line in enumerate([*text.split("\n"), ""], start=1):
+        if line.strip():
+            start = start or number
+            block.append(line.split())
+        elif block:
+            out[start] = (block[0], [tok for simple in block[1:] for tok in simple])
+            block, start = [], 0
+    return out
+
+
+def test_original_format_pwkp_split_removes_test_sources_and_duplicates_then_draws_valid(tmp_path):
+    """PWKP_108016 -> the WikiSmall-style split, as on the original file: pairs whose complex sentence
+    is a test source are removed whatever their simple side (``src_in_test``, before deduplication: a
+    repeated test pair is a test source too), exact duplicate pairs after the first (``duplicate_pair``);
+    ``valid_size`` pairs of the remaining pool are drawn (the smallest BLAKE2b-64 of the pair keyed by
+    ``valid_seed``, computed here from the module docstring's description), written in file order; the
+    train pair whose complex sentence is a drawn one's is removed (``src_in_valid``). Every block is
+    accounted for."""
+    raw = tmp_path / "PWKP_108016"
+    raw.write_text(ORIGINAL_PWKP, encoding="utf-8")
+    (tmp_path / "test.src").write_text(ORIGINAL_TEST_SRC, encoding="utf-8")
+    (tmp_path / "test.dst").write_text(ORIGINAL_TEST_DST, encoding="utf-8")
+    cfg = pwkp.Config.from_dict(
+        {
+            "pwkp_file": str(raw),
+            "test_src_file": str(tmp_path / "test.src"),
+            "test_dst_file": str(tmp_path / "test.dst"),
+            "valid_size": 3,
+            "valid_seed": 27,  # draws one of the two pairs sharing a complex sentence (lines 8, 16)
+        }
+    )
+    m = pwkp.write_splits(cfg, tmp_path / "out")
+    pairs = blocks_by_hand(ORIGINAL_PWKP)
+    assert (
+        [start for start, _ in pwkp.iter_blocks(raw, 64)]
+        == list(pairs)
+        == [1, 5, 8, 11, 16, 19, 22, 25, 28, 33, 36, 39]
+    )
+
+    # The draw, by hand: the 3 of the 8 distinct pairs whose source is not a test source with the
+    # smallest keyed hash, in file order.
+    pool = [1, 8, 16, 25, 28, 33, 36, 39]  # 5, 19, 22: test sources; 11: line 1's pair again
+
+    def rank(line: int) -> int:
+        key = pair_key(*pairs[line])
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8, key=b"27").digest(), "big")
+
+    drawn = sorted(sorted(pool, key=rank)[:3])
+    assert drawn == [1, 16, 28]
+    ids = {split: [r["id"] for r in split_rows(tmp_path / "out" / split)] for split in ("train", "valid", "test")}
+    assert ids["valid"] == [f"PWKP_108016:{line}" for line in drawn]
+    assert ids["train"] == [f"PWKP_108016:{line}" for line in (25, 33, 36, 39)]
+    assert ids["test"] == ["test.src:1", "test.src:2"]
+    where = [(q["reason"], q["record"]["where"]) for q in quarantine(tmp_path / "out" / "train")]
+    assert sorted(where) == [
+        ("duplicate_pair", "PWKP_108016:11"),
+        ("src_in_test", "PWKP_108016:19"),
+        ("src_in_test", "PWKP_108016:22"),
+        ("src_in_test", "PWKP_108016:5"),
+        ("src_in_valid", "PWKP_108016:8"),
+    ]
+    assert (m["train"]["rows"], m["valid"]["rows"], m["test"]["rows"]) == (4, 3, 2)
+    assert m["train"]["rows_in"] + m["valid"]["rows"] == len(pairs)  # (4 written + 5 quarantined) + 3 drawn
+    assert m["train"]["stats"]["pool_pairs"] == len(pool)
+    for split in ("train", "valid"):
+        for row in split_rows(tmp_path / "out" / split):
+            assert (row["src"], row["tgt"]) == pairs[int(row["id"].split(":")[1])]  # 1:n: simple sides joined
+            assert row["refs"] == [row["tgt"]]
+    valid = split_rows(tmp_path / "out" / "valid")
+    assert words(valid[0]["tgt"]) == "April is the fourth month of the year . It has 30 days ."
+    assert (m["valid"]["stats"]["multi_sentence_targets"], m["train"]["stats"]["multi_sentence_targets"]) == (2, 0)
+
+
 def test_pwkp_config_needs_one_test_set():
     with pytest.raises(ValueError, match="exactly one test set"):
         pwkp.Config.from_dict({"pwkp_file": "p"})
@@ -478,22 +608,3 @@ def test_shared_kauchak_substitute_with_turk_eval(tmp_path):
     assert train["rows_in"] == 33538 and train["rows"] == 33309
     assert train["quarantine_reasons"] == {"duplicate_pair": 69, "src_in_test": 33, "src_in_valid": 127}
     assert (m["valid"]["rows"], m["test"]["rows"]) == (2000, 359)
-
-
-@pytest.mark.shared_data
-def test_shared_original_pwkp_split_if_present(tmp_path):
-    raw = shared_path("pwkp_wikismall") / "PWKP_108016"
-    if not raw.is_file():
-        pytest.skip("the original PWKP_108016 file of Zhu et al. is not in shared/data")
-    data = raw.parent
-    m = pwkp.write_splits(
-        pwkp.Config.from_dict(
-            {
-                "pwkp_file": str(raw),
-                "test_src_file": str(data / f"{WIKISMALL}.ori.test.src"),
-                "test_dst_file": str(data / f"{WIKISMALL}.ori.test.dst"),
-            }
-        ),
-        tmp_path,
-    )
-    assert (m["train"]["rows"], m["valid"]["rows"], m["test"]["rows"]) == (89042, 205, 100)

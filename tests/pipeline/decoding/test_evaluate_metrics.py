@@ -50,9 +50,19 @@ def test_text_metric_uses_all_references_and_the_split_override():
 
 
 def test_exact_match_stays_the_default():
-    cfg = EvalConfig.from_dict({"topk": 1})
-    out = score_records(RECORDS, cfg, "test")
-    assert out["n"] == 2 and out["top1"] == 0.0  # neither prediction equals its tgt
+    """Without a ``metric`` the split is scored by exact match against ``tgt``: top-1 counts the rows
+    whose best output is the target, top-k those with the target among the first k, and no text metric
+    (no ``metric`` key, no ROUGE) is added. Two rows right (one at rank 1, one at rank 2) of four, so
+    a scorer that always answers 0, or reads the wrong rank, gives another dict."""
+    cfg = EvalConfig.from_dict({"topk": 2})
+    assert cfg.metric_for("test") == "exact_match"
+    right = [
+        {"src": ["x", "y"], "tgt": ["y"], "pred": ["y"], "nbest": [["y"], ["x"]]},  # right at rank 1
+        {"src": ["x", "y"], "tgt": ["x"], "pred": ["y"], "nbest": [["y"], ["x"]]},  # right at rank 2
+    ]
+    # RECORDS: neither best output is its tgt ("the cat sat" is not "cat sat"), nor any later one
+    out = score_records(RECORDS + right, cfg, "test")
+    assert out == {"n": 4, "top1": 25.0, "top2": 50.0}
 
 
 def test_copy_analysis_beside_the_metric_given_the_target_vocabulary():

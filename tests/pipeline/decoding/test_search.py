@@ -18,7 +18,15 @@ from models.registry import MECHANISMS
 from pipeline.decoding.search import beam_search, greedy
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import BOS, EOS, UNK
-from tests.helpers import LIVE, SEARCH_SRC_VOCAB, SEARCH_SRCS, SEARCH_TGT_VOCAB, search_batch, search_model
+from tests.helpers import (
+    LIVE,
+    SEARCH_SRC_VOCAB,
+    SEARCH_SRCS,
+    SEARCH_TGT_VOCAB,
+    brute_force,
+    search_batch,
+    search_model,
+)
 
 V = len(SEARCH_TGT_VOCAB)  # 6; "c" and "z" are OOV
 MECHS = sorted(MECHANISMS)
@@ -104,6 +112,51 @@ def test_block_ngram_never_repeats_a_bigram(name: str) -> None:
     # Blocking costs probability: the best blocked hypothesis never beats the best free one.
     for f, b in zip(free, blocked):
         assert b[0].score <= f[0].score + 1e-5
+
+
+def _repeats_ngram(ids: list[int], n: int) -> bool:
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(grams) != len(set(grams))
+
+
+@pytest.mark.parametrize("name", MECHS)
+def test_block_ngram_never_repeats_a_trigram(name: str) -> None:
+    """n = 3: no hypothesis repeats a trigram, though bigrams may repeat (only the last two tokens and
+    the next one are matched against the history), and the free search repeats some."""
+    model = _model(name, seed=4)
+    kw = dict(beam_size=4, max_len=8, min_len=8)  # no </s>: 8 tokens, 6 trigrams each
+    free = beam_search(model, _batch(), **kw)
+    assert any(_repeats_ngram(h.ids, 3) for hyps in free for h in hyps)  # the check can fail
+    blocked = beam_search(model, _batch(), block_ngram=3, **kw)
+    repeated_bigrams = 0
+    for hyps in blocked:
+        assert hyps[0].score > LIVE and len(hyps[0].ids) == 8
+        for h in hyps:
+            if h.score > LIVE:
+                assert not _repeats_ngram(h.ids, 3), h.ids
+                repeated_bigrams += _repeats_ngram(h.ids, 2)
+    assert repeated_bigrams > 0  # a trigram block, not a bigram one
+
+
+@pytest.mark.parametrize("name", ["copynet", "pointer_generator", "rnnsearch"])
+def test_block_trigram_beam_equals_brute_force_without_repeated_trigrams(name: str) -> None:
+    """With a beam as wide as the search space (7 ids, 5 steps: 7**5 rows), the blocked search returns
+    exactly the sequences brute-force enumeration gives that repeat no trigram (``a b a b a``, ``x x x
+    x``, ...), with their scores, best first: blocking removes those and nothing else. (Blocking reads
+    the ids only: two copying mechanisms, whose OOV slot is live, and one that cannot copy.)"""
+    model = _model(name, seed=4)
+    max_len = 5
+    src = SEARCH_SRCS[0]  # "a z b": 6 vocabulary ids + z
+    one = _batch([src])
+    brute = [(ids, s) for ids, s in brute_force(model, one, max_len) if s > LIVE]
+    allowed = {tuple(ids): s for ids, s in brute if not _repeats_ngram(ids, 3)}
+    assert len(allowed) < len(brute)  # some live sequence repeats a trigram
+    (beam,) = beam_search(model, one, beam_size=7**max_len, max_len=max_len, block_ngram=3)
+    got = {tuple(h.ids): h.score for h in beam}
+    assert len(got) == len(beam) and got.keys() == allowed.keys()
+    for ids, score in got.items():
+        assert score == pytest.approx(allowed[ids], abs=1e-4), ids
+    assert [h.score for h in beam] == sorted((h.score for h in beam), reverse=True)
 
 
 @pytest.mark.parametrize("alpha", [0.6, 1.0, 2.0])

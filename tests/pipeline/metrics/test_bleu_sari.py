@@ -127,4 +127,8 @@ def test_bleu_kind_is_corpus_bleu_alone():
     out = text_metrics("bleu", hyps, refs)
     assert set(out) == {"n", "bleu"} and out["n"] == 2
     assert out["bleu"] == corpus_bleu([" ".join(h) for h in hyps], [[" ".join(r) for r in rs] for rs in refs])
-    assert 0 < out["bleu"] < 100
+    # By hand: sentence 1 equals its reference (6/6 unigrams, 5/5 bigrams, 4/4 trigrams, 3/3 4-grams);
+    # sentence 2 matches il, pleut, ici (3/4), "il pleut" (1/3), no trigram (0/2) or 4-gram (0/1).
+    # Corpus precisions 9/10, 6/8, 4/6, 3/4; hypothesis and reference lengths 10 = 10: brevity penalty 1.
+    assert out["bleu"] == pytest.approx(100 * (9 / 10 * 6 / 8 * 4 / 6 * 3 / 4) ** 0.25, abs=1e-9)
+    assert round(out["bleu"], 4) == 76.2199

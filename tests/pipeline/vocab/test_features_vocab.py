@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from models.batch import Batch
 from pipeline.io.shards import ShardWriter, make_schema, read_manifest, read_split
 from pipeline.vocab.batching import batch_from_rows
 from pipeline.vocab.encoded import EncodedSplit, write_encoded_split
@@ -80,7 +81,37 @@ def test_encoded_splits_and_shard_rows_give_the_same_features_tensor(task):
 
     valid = EncodedSplit(root / "ids" / "valid", len(tgt)).batch(np.array([0]))
     assert valid.features.tolist() == [[ids["V"], ids["PST"], UNK]]  # a tag train never had: <unk>
-    assert batch.to("cpu").features is not None and batch.pin_memory is not None
+
+
+def test_the_features_tensor_moves_and_pins_with_the_batch(task, monkeypatch):
+    """``features`` is one of the tensors ``Batch.to`` and ``Batch.pin_memory`` map (``Batch.TENSORS``):
+    a field left out would be carried over as it is (``dataclasses.replace``), on the host, where the
+    model on a GPU would fail on it, or unpinned. ``to("meta")`` moves every mapped tensor with no
+    accelerator; ``pin_memory`` is checked with ``Tensor.pin_memory`` recorded (pinning needs CUDA),
+    and for real where CUDA is present."""
+    root, src, tgt = task
+    features = save_features_vocab(root / "shards" / "train", root / "vocab")
+    write_encoded_split(root / "shards" / "train", root / "ids" / "train", src, tgt, features_vocab=features)
+    batch = EncodedSplit(root / "ids" / "train", len(tgt)).batch(np.array([1, 2, 0]))
+    assert "features" in Batch.TENSORS
+    moved = batch.to("meta")
+    assert moved.features.device.type == "meta" and moved.features.shape == batch.features.shape == (3, 4)
+    assert moved.src.device.type == "meta"  # (as every other tensor)
+    copied = batch._map(lambda t: t.clone())  # what .to / .pin_memory build on: new tensors, same values
+    assert copied.features is not batch.features and torch.equal(copied.features, batch.features)
+
+    pinned: list[torch.Tensor] = []
+
+    def pin(t: torch.Tensor) -> torch.Tensor:
+        pinned.append(t.clone())
+        return pinned[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.Tensor, "pin_memory", pin)
+        out = batch.pin_memory()
+    assert any(out.features is p for p in pinned) and torch.equal(out.features, batch.features)
+    if torch.cuda.is_available():
+        assert batch.pin_memory().features.is_pinned()
 
 
 def test_a_features_column_and_a_features_vocabulary_go_together(task):
