@@ -109,9 +109,8 @@ def test_block_ngram_never_repeats_a_bigram(name: str) -> None:
         for h in hyps:
             if h.score > LIVE:
                 assert not _repeats_bigram(h.ids), h.ids
-    # Blocking costs probability: the best blocked hypothesis never beats the best free one.
-    for f, b in zip(free, blocked):
-        assert b[0].score <= f[0].score + 1e-5
+    # No claim on the scores: a beam of 4 is not exhaustive, so blocking may keep a path the free search
+    # pruned and end higher. The exhaustive comparison is the trigram test's, against brute force.
 
 
 def _repeats_ngram(ids: list[int], n: int) -> bool:
