@@ -92,6 +92,13 @@ class ReadAgainOptions:
         carry the source words, not only their ids."""
         return self.sentences != "single"
 
+    @property
+    def source_words(self) -> tuple[str, ...]:
+        """The words it reads in a source (the sentence ends of opt1/opt2): each must be in the source
+        vocabulary, or a training batch, whose words are read back from ids, sees ``<unk>`` where a
+        batch of raw text (decoding, serving) sees the word."""
+        return self.sentence_end if self.reads_source_words else ()
+
 
 # ---------------------------------------------------------------------------------------------
 # Encoder

@@ -53,6 +53,12 @@ def reads_source_words(name: str, cfg: ModelConfig) -> bool:
     return mechanism(name).reads_source_words(cfg.options)
 
 
+def source_words(name: str, cfg: ModelConfig) -> tuple[str, ...]:
+    """The words mechanism ``name`` with ``cfg``'s options looks for in a source (Read-Again's sentence
+    ends): a training batch reads its words back from ids, so each must be in the source vocabulary."""
+    return mechanism(name).source_words(cfg.options)
+
+
 def runs_on_backbone(name: str) -> bool:
     """Whether mechanism ``name`` runs on a pretrained encoder-decoder (``model.backbone``): its options
     record the backbone's config (models/backbone.py), so its vocabulary is the backbone's tokenizer."""

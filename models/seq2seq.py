@@ -631,3 +631,7 @@ class Mechanism:
     def reads_source_words(self, options: dict) -> bool:
         """Whether a model of these options reads the source words of a batch (not only their ids)."""
         return bool(getattr(self.parse_options(options), "reads_source_words", False))
+
+    def source_words(self, options: dict) -> tuple[str, ...]:
+        """The words a model of these options looks for in a source (they must be in its vocabulary)."""
+        return tuple(getattr(self.parse_options(options), "source_words", ()))

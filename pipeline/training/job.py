@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from models.param_count import output_layer_parameters
-from models.registry import MECHANISMS, model_config, reads_source_words
+from models.registry import MECHANISMS, model_config, reads_source_words, source_words
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import section
 from pipeline.config.paths import TaskPaths
@@ -56,6 +56,14 @@ class TrainJob:
             )
         except ValueError as err:
             raise SettingsError(f"params.yaml ({self.mechanism}): {err}") from None
+        missing = [w for w in source_words(self.base, self.model_cfg) if w not in self.src_vocab]
+        if missing:
+            raise SettingsError(
+                f"params.yaml ({self.mechanism}): model.{self.base} looks for {', '.join(map(repr, missing))} in the "
+                f"sources, which the source vocabulary of {len(self.src_vocab)} words lacks: training would read "
+                "<unk> there and decoding the word itself; choose words of the vocabulary (sentence_end) or keep "
+                "them in it (vocab.min_count, vocab.src_max_size)"
+            )
         evaluate = self.params.get("evaluate") or {}
         valid_kind = (evaluate.get("split_metrics") or {}).get("valid", evaluate.get("metric", "exact_match"))
         self.train_cfg = TrainConfig.from_dict(section(self.params, "train")).resolved(valid_kind)

@@ -25,6 +25,7 @@ import torch
 
 from models.registry import reads_source_words
 from pipeline.config.paths import TaskPaths
+from pipeline.config.validation import SettingsError
 from pipeline.training.job import TrainJob
 from pipeline.vocab.batching import collate
 from pipeline.vocab.vocabulary import PAD, SPECIALS, UNK
@@ -134,3 +135,28 @@ def test_training_batches_carry_the_source_words_and_score_as_collate(tmp_path, 
 def _without_sentence_ends(batch):
     """``batch`` with every "." of its source words hidden (a word that ends no sentence)."""
     return replace(batch, src_tokens=[[";" if w == "." else w for w in row] for row in batch.src_tokens])
+
+
+@pytest.mark.parametrize(("ends", "missing"), [((".", "zz"), "'zz'"), (("zz", "qq"), "'zz', 'qq'")])
+def test_a_sentence_end_outside_the_source_vocabulary_is_refused_before_training(tmp_path, ends, missing):
+    """A sentence end the source vocabulary lacks is <unk> in a training batch (words read back from
+    ids) but the word itself in raw text (decoding, serving): the two would split sources differently,
+    so the train job refuses the setting, naming the words, before any work."""
+    splits = {
+        "train": [shard_row(i, src, tgt) for i, src, tgt in TRAIN],
+        "valid": [shard_row(i, src, tgt) for i, src, tgt in VALID],
+    }
+    _, src_vocab, tgt_vocab = encoded_task(tmp_path, splits)
+    src_vocab.save(tmp_path / "src.vocab")
+    tgt_vocab.save(tmp_path / "tgt.vocab")
+    assert "." in src_vocab and "zz" not in src_vocab and "qq" not in src_vocab
+    params = {
+        "model": {"emb": 6, "hidden": 5, "read_again": {"sentences": "opt1", "sentence_end": list(ends)}},
+        "train": {"epochs": 1, "batch_size": 4, "seed": 0, "device": "cpu"},
+    }
+    with pytest.raises(SettingsError, match=rf"^params\.yaml \(read_again\): model\.read_again looks for {missing} in"):
+        TrainJob(TaskPaths("t", tmp_path), "read_again", params, vocab_dir=tmp_path)
+    params["model"]["read_again"]["sentence_end"] = ["."]
+    TrainJob(TaskPaths("t", tmp_path), "read_again", params, vocab_dir=tmp_path)  # in the vocabulary: accepted
+    params["model"]["read_again"] = {"sentences": "single", "sentence_end": list(ends)}
+    TrainJob(TaskPaths("t", tmp_path), "read_again", params, vocab_dir=tmp_path)  # single reads no words
