@@ -25,6 +25,7 @@ its ``copy_head_processor.json``; the names such a folder may hold are :func:`ow
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import fields
@@ -54,8 +55,9 @@ SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")  # save_pretrained's sh
 TOKENIZER_CLASSES = ("BartTokenizer", "T5Tokenizer", "MarianTokenizer", "PreTrainedTokenizerFast")
 
 
+@functools.cache
 def own_files() -> frozenset[str]:
-    """The names :func:`write_hf` may write: the model's (save_pretrained), the processor's and those of
+    """The names :func:`write_hf` may write (built once): the model's (save_pretrained), the processor's and those of
     the tokenizer of any supported backbone (transformers' own names for them)."""
     names = {
         CONFIG,
