@@ -46,6 +46,9 @@ _ROUGE = {
 }
 
 
+BLEU_STATS = 2 + 2 * 4  # sacrebleu's sufficient statistics of one sentence
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: arrays have no single truth value (identity equality)
 class ExampleScores:
     """One system's per-example contributions to one metric on one split, and how they aggregate."""
@@ -61,6 +64,11 @@ class ExampleScores:
         if np.ndim(self.values) != ndim:
             raise ValueError(
                 f"ExampleScores({self.aggregate_kind!r}): values must be {ndim}-D, got {np.shape(self.values)}"
+            )
+        if ndim == 2 and np.shape(self.values)[1] != BLEU_STATS:
+            raise ValueError(
+                f"ExampleScores('bleu'): each row must hold sacrebleu's {BLEU_STATS} statistics (hypothesis and "
+                f"reference length, 4 n-gram matches, 4 totals), got {np.shape(self.values)}"
             )
 
     def __len__(self) -> int:
@@ -82,6 +90,8 @@ class ExampleScores:
 
 def exact_match_scores(golds: list[list[str]], nbests: list[list[list[str]]], k: int) -> dict[str, ExampleScores]:
     """Per-example top-1 and top-k exact match (0 or 100), as ``registry.exact_match``."""
+    if len(golds) != len(nbests):
+        raise ValueError(f"exact match: {len(golds)} references but {len(nbests)} n-best lists")
     top1 = [100.0 * (bool(nb) and nb[0] == g) for g, nb in zip(golds, nbests)]
     topk = [100.0 * (g in nb[:k]) for g, nb in zip(golds, nbests)]
     return {"top1": ExampleScores("mean", np.array(top1)), f"top{k}": ExampleScores("mean", np.array(topk))}

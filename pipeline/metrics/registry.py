@@ -29,6 +29,8 @@ from pipeline.metrics.sari import corpus_sari
 
 def exact_match(golds: list[list[str]], nbests: list[list[list[str]]], k: int) -> dict:
     """top-1 and top-k exact-match accuracy in percent; nbests[i] is ranked best first."""
+    if len(golds) != len(nbests):
+        raise ValueError(f"exact match: {len(golds)} references but {len(nbests)} n-best lists")
     n = len(golds)
     if n == 0:
         return {"n": 0, "top1": 0.0, f"top{k}": 0.0}
