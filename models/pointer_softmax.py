@@ -169,11 +169,12 @@ class PointerSoftmaxOutput(OutputLayer):
     def __init__(self, cfg: ModelConfig, opts: PointerSoftmaxOptions | None = None, context_dim: int | None = None):
         super().__init__()
         self.opts = opts = opts or PointerSoftmaxOptions()
-        if opts.shortlist is not None and opts.shortlist > cfg.tgt_vocab:
-            raise ValueError(f"shortlist {opts.shortlist} is larger than the decoder vocabulary {cfg.tgt_vocab}")
         self.vocab = cfg.tgt_vocab
-        self.shortlist = opts.shortlist  # OutputLayer.shortlist: Seq2Seq.training_target reads it
-        self.limit = opts.shortlist or cfg.tgt_vocab  # ids < limit are generated
+        # The K most frequent words; a vocabulary of fewer words is all shortlist (as WEAN's candidates):
+        # the shared default (250) then fits a small corpus of one's own instead of failing its training.
+        shortlist = None if opts.shortlist is None else min(opts.shortlist, cfg.tgt_vocab)
+        self.shortlist = shortlist  # OutputLayer.shortlist: Seq2Seq.training_target reads it
+        self.limit = shortlist or cfg.tgt_vocab  # ids < limit are generated
         self.decode = opts.decode
         feat = cfg.hidden + (context_dim if context_dim is not None else cfg.memory)  # [s_t; c_t]
         self.readout = nn.Linear(feat, self.limit)  # shortlist softmax logits, one row per shortlist id

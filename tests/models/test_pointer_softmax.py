@@ -241,8 +241,23 @@ def test_options_are_checked() -> None:
     both = re.escape("need switch in ('mlp', 'noisy_residual'), temperature > 0") + "$"  # every failed check
     with pytest.raises(ValueError, match=both):
         build_pointer_softmax(ModelConfig(src_vocab=10, tgt_vocab=10, options={"switch": "relu", "temperature": -1}))
-    with pytest.raises(ValueError, match="larger than"):
-        build_pointer_softmax(ModelConfig(src_vocab=10, tgt_vocab=10, options={"shortlist": 11}))
+
+
+@pytest.mark.parametrize("shortlist", [len(TGT_VOCAB), len(TGT_VOCAB) + 1, 250])
+def test_a_shortlist_of_the_vocabulary_or_more_is_the_whole_vocabulary(shortlist: int) -> None:
+    """A vocabulary of fewer words than the shortlist is all shortlist (as WEAN's candidates): the
+    shared default of 250 fits a small corpus. The model is the one with ``shortlist: null``, the same
+    parameters and the same scores, and every word of the vocabulary can be generated."""
+    batch = _batch()
+    full, capped = _model(seed=3, shortlist=None), _model(seed=3, shortlist=shortlist)
+    assert capped.output.shortlist == capped.output.limit == len(TGT_VOCAB) == full.output.limit
+    assert [(n, p.shape) for n, p in full.named_parameters()] == [(n, p.shape) for n, p in capped.named_parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(full.parameters(), capped.parameters()))
+    assert torch.equal(full.training_target(batch), capped.training_target(batch))
+    with torch.no_grad():
+        assert torch.equal(full(batch, objective=True), capped(batch, objective=True))
+        log_probs, _ = capped.step(capped.encode(batch), batch.tgt_in[:, 0])  # (B, V + X)
+    assert bool((log_probs[:, len(SPECIALS) : len(TGT_VOCAB)] > -1e4).all())  # every word generable
 
 
 def test_training_targets_with_a_shortlist() -> None:
