@@ -14,7 +14,7 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durat
 $(BIN)/.installed: pyproject.toml requirements-lock.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c requirements-lock.txt -e ".[dev,dask]"
-	$(BIN)/python -m pipeline.runtime.mkl_vendor   # MKL's vendor check, answered: one MKL code path on every CPU (cc)
+	$(BIN)/python -c "from pipeline.runtime import mkl_vendor; mkl_vendor.main()"   # MKL's vendor check answered (a small library built with cc into ~/.cache/copyseq): one MKL code path on every CPU
 	touch $@
 
 install: $(BIN)/.installed

@@ -323,7 +323,10 @@ def run_add(params_path: Path, args: argparse.Namespace) -> int:
         )
         rows = [row for row in rows if row in known]
     chosen = "".join(f" -m {row}" for row in rows)
-    print(f"next: copyseq run {task.name}{chosen}   (this task alone: nothing else is trained; --dry shows the stages)")
+    print(
+        f"next: copyseq run {task.name}{chosen}   (this task alone: nothing else is trained; --dry shows the stages; "
+        "--compare then names its champion)"
+    )
     return 0
 
 

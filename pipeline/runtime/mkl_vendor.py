@@ -17,8 +17,9 @@ part needs) into a per-user cache, once (``make install`` does it; a process tha
 builds it, atomically). Without a compiler the answer cannot be given: a non-Intel CPU then runs
 unpinned, and the run says so (``math_pinned: false``), never claiming bits it cannot promise.
 
-Stdlib only: it runs before torch loads. ``python -m pipeline.runtime.mkl_vendor`` builds the
-library and prints its path (``make install`` calls it).
+Stdlib only: it runs before torch loads. :func:`main` builds the library and prints its path
+(``make install`` calls it as ``python -c "from pipeline.runtime import mkl_vendor; mkl_vendor.main()"``:
+``python -m`` would import the module twice, the package's ``__init__`` having imported it, and warn).
 """
 
 from __future__ import annotations

@@ -301,7 +301,25 @@ def registered_model(uri: str, runtime: str, threads: int | None = None) -> Pyfu
         mlflow.set_registry_uri(tracking_uri())
         return PyfuncModel(mlflow.pyfunc.load_model(uri))
     except MlflowException as err:
-        raise PredictError(err.message) from None
+        raise PredictError(registry_message(uri) or err.message) from None
+
+
+REGISTERED_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
+
+
+def registry_message(uri: str) -> str | None:
+    """For a ``models:/`` URI the registry cannot resolve: what it lacks and what it holds (the
+    versions and aliases of the name, or the names registered), and where the alias comes from."""
+    from pipeline.tracking.registry import serving_problem
+
+    match = REGISTERED_URI.match(uri)
+    if match is None:
+        return None
+    problem = serving_problem(tracking_uri(), match["name"], match["alias"] or match["version"])
+    if problem is None:
+        return None
+    hint = "; the compare stage sets the alias champion (copyseq run TASK --compare, or copyseq repro)"
+    return f"{uri}: {problem}" + (hint if match["alias"] == "champion" else "")
 
 
 def marked(tokens: list[str], copied: list[str], output: str) -> str:

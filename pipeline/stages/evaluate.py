@@ -150,12 +150,16 @@ def copy_summary(copy: dict) -> str:
     def num(v, unit: str = "%") -> str:
         return "-" if v is None else f"{v:.1f}{unit}"
 
+    oov = (
+        f"reference OOV recall {num(out['oov_recall'])} of {ref['oov_tokens']} tokens"
+        if ref["oov_tokens"]
+        else "no reference token outside the target vocabulary"
+    )
     return (
         f"copied {num(out['copied'])} (references {num(ref['copied'])}), "
         f"novel 2-grams {num(out['novel_2gram'])} ({num(ref['novel_2gram'])}), "
         f"repeated 3-grams {num(out['repeated_3gram'])} ({num(ref['repeated_3gram'])}), "
-        f"reference OOV recall {num(out['oov_recall'])} of {ref['oov_tokens']}, "
-        f"length {num(out['length'], '')} ({num(ref['length'], '')})"
+        f"{oov}, length {num(out['length'], '')} ({num(ref['length'], '')})"
     )
 
 

@@ -346,3 +346,37 @@ def test_predict_checkpoint_may_name_its_model_pt(tmp_path, capsys) -> None:
         )
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (
+            "models:/t@champion",
+            "models:/t@champion: t has no alias 'champion' (versions: 1, 2; aliases: none); "
+            "the compare stage sets the alias champion (copyseq run TASK --compare, or copyseq repro)",
+        ),
+        ("models:/t@best", "models:/t@best: t has no alias 'best' (versions: 1, 2; aliases: none)"),
+        ("models:/t/7", "models:/t/7: t has no version 7 (versions: 1, 2; aliases: none)"),
+        (
+            "models:/qa@champion",
+            "models:/qa@champion: no registered model 'qa' (registered: t); the compare "
+            "stage sets the alias champion (copyseq run TASK --compare, or copyseq repro)",
+        ),
+    ],
+    ids=["no_champion_yet", "no_alias", "no_version", "no_model"],
+)
+def test_predict_of_a_model_the_registry_lacks_names_what_it_holds(tmp_path, monkeypatch, capsys, model, says):
+    """MLflow's own line ("Registered model alias champion not found.") names neither the model nor what
+    exists; predict names both, and for a champion not yet set, the stage that sets it."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.create_registered_model("t")
+    for _ in range(2):
+        client.create_model_version("t", source=str(tmp_path / "model"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    (tmp_path / "in.txt").write_text("a s1 b\n")
+    line = predict_refused(["--model", model, "--input", str(tmp_path / "in.txt")], capsys)
+    assert line == f"copyseq predict: error: {says}"
