@@ -78,7 +78,16 @@ def check_prefect_server(url: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``copyseq retrain {serve,run} [--params FILE]``."""
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog="One run, under params.yaml's retrain section: refresh the data (dvc pull if set, dvc repro of "
+        "the task's data stages), train a challenger (retrain.mechanism, or the champion's) into data/retrain/"
+        "<task>/runs/<stamp>/, score it and the registry's champion on the same frozen validation copy, promote "
+        "the challenger only if it wins by more than retrain.margin; each decision is a line of "
+        "data/retrain/<task>/decisions.jsonl and an MLflow run. As long as training the row takes "
+        "(docs/tracking.md, 'Scheduled retraining').",
+    )
     parser.add_argument(
         "command",
         choices=["serve", "run"],

@@ -138,7 +138,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     enable.add_argument("names", nargs="*", help="tasks to enable (or --available; with neither, nothing is changed)")
     enable.add_argument("--available", action="store_true", help="every task whose data is present")
     enable.add_argument("--preset", action=Once, choices=["paper", "cpu"], help="also set params.yaml's preset")
-    add_arguments(sub.add_parser("add", help="your own corpus as a task (docs/own_data.md)"))
+    add_arguments(
+        sub.add_parser(
+            "add",
+            help="your own corpus as a task (docs/own_data.md)",
+            description="Make your own corpus a task of params.yaml (the parallel reader), checked as the stages "
+            "will read it. Keep its files in a directory of their own inside the project (data/raw/<task>/): "
+            "that directory is the task's raw input, which DVC watches. Example: copyseq tasks add qa "
+            "--train data/raw/qa/train.tsv --valid data/raw/qa/valid.tsv --test data/raw/qa/test.tsv "
+            "--src-col question --tgt-col answer",
+        )
+    )
     return parser.parse_args(argv)
 
 
@@ -246,14 +256,26 @@ def add_arguments(add: argparse.ArgumentParser) -> None:
         help="a column of each example's group (the same lemma, the same document): compare's intervals resample "
         "whole groups",
     )
-    add.add_argument("--tokenizer", action=Once, choices=TOKENIZERS, default="whitespace")
-    add.add_argument("--lang", action=Once, default="en", help="the language of --tokenizer moses")
-    add.add_argument("--lowercase", action="store_true")
+    add.add_argument(
+        "--tokenizer",
+        action=Once,
+        choices=TOKENIZERS,
+        default="whitespace",
+        help="how text becomes tokens (default whitespace)",
+    )
+    add.add_argument("--lang", action=Once, default="en", help="the language of --tokenizer moses (default en)")
+    add.add_argument("--lowercase", action="store_true", help="lowercase the text")
     add.add_argument("--mask-digits", action="store_true", help="every digit #")
     add.add_argument(
         "--subword", action=Once, type=int, metavar="VOCAB_SIZE", help="sentencepiece on top, this vocabulary size"
     )
-    add.add_argument("--metric", action=Once, choices=sorted(METRICS), default="rouge_f")
+    add.add_argument(
+        "--metric",
+        action=Once,
+        choices=sorted(METRICS),
+        default="rouge_f",
+        help="how evaluate scores the outputs (default rouge_f); the champion is chosen by its validation figure",
+    )
     add.add_argument(
         "--max-len", action=Once, type=int, help="longest output evaluate decodes (default: evaluate.max_len)"
     )
