@@ -16,7 +16,7 @@ A block in a markdown file is a pair of marker comments::
                                        ``task``: its compare settings and the papers' rows)
 
 The generated text between the markers is rebuilt from ``data/eval/runs/TASK/<mechanism>/metrics.json``
-(git-tracked; one per mechanism that was evaluated) and the intervals ``data/eval/intervals/TASK.json``
+(git-tracked; one per row that was evaluated) and the intervals ``data/eval/intervals/TASK.json``
 (git-tracked, the compare stage's) by ``pipeline.reporting.compare.comparison_markdown``, the
 function the compare stage writes ``data/eval/comparison/TASK.md`` with: the same tables, our rows
 beside the published rows of ``pipeline/reporting/paper_results.yaml``, under the task's effective ``compare``
@@ -25,11 +25,23 @@ MLflow champion line, which needs the registry, is left out. Text outside the ma
 touched. A task with metrics files but no ``<!-- results:TASK -->`` block (all its tables) in any
 page gets one appended to docs/results.md.
 
+The tasks and rows are the compare stage's (``pipeline/stages/compare.py``): the tasks of params.yaml's
+``tasks``, and in each task's tables the rows of params.yaml's ``mechanisms`` (the variants listed there
+included), in that order, then the task's ``compare.lead`` rows (lead-N), each where its metrics file
+exists. A metrics folder left on disk by a task or a row that params.yaml no longer lists is ignored:
+no block is appended for it, no table shows it, ``--check`` says nothing about it. A block that names a
+task params.yaml does not list is refused (exit 2).
+
     python scripts/render_results.py           # rewrite the blocks
-    python scripts/render_results.py --check   # exit 1, naming the file and the block, when a committed
-                                               # table differs from what the metrics files give
-                                               # (exit 2: a block names a task or table that has no metrics)
+    python scripts/render_results.py --check   # write nothing; name the file and the block of each
+                                               # committed table that differs from the metrics files
     python scripts/render_results.py --root DIR   # another project directory (params.yaml, data/, docs/)
+
+Exit codes: 0 every table is written or, with ``--check``, matches; 1 (``--check`` only) a table is out
+of date, nothing written; 2 a refusal, one line naming the cause, nothing written: a metrics or
+intervals file that cannot be read or lacks a figure the tables need, a block naming a task, table or
+experiment that has no metrics (or a task params.yaml does not list), a ``--root`` that is not a
+project directory, a params.yaml that cannot be read, a usage error.
 """
 
 from __future__ import annotations
@@ -48,11 +60,11 @@ from models.registry import DISPLAY_NAMES  # noqa: E402
 from pipeline.config.arguments import OneLineParser  # noqa: E402
 from pipeline.config.params import load_params  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
-from pipeline.config.tasks import effective_params  # noqa: E402
+from pipeline.config.tasks import effective_params, task_names  # noqa: E402
 from pipeline.config.variants import display_names  # noqa: E402
 from pipeline.decoding.settings import EvalConfig  # noqa: E402
 from pipeline.io.files import write_text_atomic  # noqa: E402
-from pipeline.reporting.baselines import baseline_names  # noqa: E402
+from pipeline.reporting.baselines import baseline_names, lead_name  # noqa: E402
 from pipeline.reporting.compare import CompareConfig, comparison_markdown, metrics_problem  # noqa: E402
 from pipeline.reporting.experiments import load_runs, render_experiment  # noqa: E402
 
@@ -94,14 +106,51 @@ def row_order(params: dict) -> list[str]:
     return [*listed, *(v for v in params.get("variants") or {} if v not in listed), *DISPLAY_NAMES]
 
 
-def task_metrics(root: Path, params: dict, task: str) -> dict[str, dict]:
-    """{mechanism: metrics.json} of every evaluated mechanism of ``task``, in params.yaml's order."""
+def task_config(params: dict, task: str) -> tuple[EvalConfig, CompareConfig]:
+    """The evaluate and compare settings of ``task`` (its effective params.yaml, as the stages read
+    them); a RenderError naming the task when they are refused."""
+    try:
+        eff = effective_params(params, task)
+        return EvalConfig.from_params(eff), CompareConfig.from_params(eff)
+    except (KeyError, ValueError) as err:  # no such task, or its evaluate/compare settings
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise RenderError(f"params.yaml, the settings of {task}: {message}") from None
+
+
+def task_rows(params: dict, compare: CompareConfig) -> list[str]:
+    """The rows the compare stage gives a task's page (pipeline/stages/compare.py ``run`` and
+    ``compare_task``): params.yaml's ``mechanisms`` (variants listed there included), in that order,
+    then the lead-N rows of the task's ``compare.lead``."""
+    return list(dict.fromkeys([*(params.get("mechanisms") or []), *(lead_name(n) for n in compare.lead)]))
+
+
+def configured_task(params: dict, task: str, root: Path) -> None:
+    """A RenderError when ``task`` is not one of params.yaml's tasks: the compare stage writes no page
+    for it, and a metrics folder it left on disk is not read."""
+    tasks = task_names(params)
+    if task not in tasks:
+        runs = (runs_dir(root) / task).relative_to(root)
+        raise RenderError(
+            f"no metrics files under {runs}/<mechanism>/metrics.json are read: "
+            f"{task} is not one of params.yaml's tasks ({', '.join(tasks) or 'none'})"
+        )
+
+
+def task_metrics(root: Path, params: dict, task: str, rows: list[str]) -> dict[str, dict]:
+    """{row: metrics.json} of every evaluated row of ``task`` among ``rows`` (:func:`task_rows`), in
+    that order; a metrics folder of another row (one params.yaml no longer lists) is not read."""
+    configured_task(params, task, root)
     runs = runs_dir(root) / task
     found = {p.parent.name: p for p in runs.glob("*/metrics.json")}
     if not found:
         raise RenderError(f"no metrics files under {runs.relative_to(root)}/<mechanism>/metrics.json")
-    order = row_order(params)
-    names = sorted(found, key=lambda m: (order.index(m) if m in order else len(order), m))
+    names = [m for m in rows if m in found]
+    if not names:
+        raise RenderError(
+            f"no metrics files under {runs.relative_to(root)}/<mechanism>/metrics.json of the task's rows "
+            f"(params.yaml's mechanisms and compare.lead: {', '.join(rows) or 'none'}); "
+            f"not read: {', '.join(sorted(found))}"
+        )
     return {m: read_json(found[m], root, "split: metrics") for m in names}
 
 
@@ -136,17 +185,11 @@ def comparison_page(
     """The compare stage's page for ``task`` (without the MLflow champion line); ``metrics``: other
     runs' metrics than data/eval/runs (an experiment's, shown without the pipeline's intervals), read
     from ``files`` ({mechanism: file}, named when one lacks what the tables need)."""
+    ev, compare = task_config(params, task)
     intervals = {} if metrics else task_intervals(root, task)
     if metrics is None:
-        metrics = task_metrics(root, params, task)
+        metrics = task_metrics(root, params, task, task_rows(params, compare))
         files = metrics_files(root, task, metrics)
-    try:
-        eff = effective_params(params, task)
-        ev = EvalConfig.from_params(eff)
-        compare = CompareConfig.from_params(eff)
-    except (KeyError, ValueError) as err:  # no such task, or its evaluate/compare settings
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        raise RenderError(f"params.yaml, the settings of {task}: {message}") from None
     splits = list(ev.splits) + list(ev.optional_splits)
     kinds = {split: ev.metric_for(split) for split in splits}
     for mech, figures in metrics.items():
@@ -211,6 +254,10 @@ def render(spec: str, root: Path, params: dict, cache: dict) -> str:
     if len(rest) not in (0, 2):
         raise RenderError(f"block results:{spec}: expected results:TASK or results:TASK:SPLIT:KEY")
     if task not in cache:
+        try:
+            configured_task(params, task, root)
+        except RenderError as err:
+            raise RenderError(f"block results:{spec}: {err}") from None
         cache[task] = comparison_page(root, params, task)
     parts = sections(cache[task])
     if not rest:
@@ -269,11 +316,15 @@ def rendered_file(path: Path, root: Path, params: dict, cache: dict, used: set) 
     return BLOCK.sub(sub, text)
 
 
-def evaluated_tasks(root: Path) -> list[str]:
-    runs = runs_dir(root)
-    return (
-        sorted(p.name for p in runs.iterdir() if p.is_dir() and any(p.glob("*/metrics.json"))) if runs.exists() else []
-    )
+def evaluated_tasks(root: Path, params: dict) -> list[str]:
+    """params.yaml's tasks with a metrics file of one of their rows (:func:`task_rows`); a folder of
+    a task or a row params.yaml no longer lists does not make one."""
+    runs, out = runs_dir(root), []
+    for task in task_names(params):
+        found = {p.parent.name for p in (runs / task).glob("*/metrics.json")}
+        if found and found.intersection(task_rows(params, task_config(params, task)[1])):
+            out.append(task)
+    return sorted(out)
 
 
 def project_params(given: Path, root: Path) -> dict:
@@ -296,7 +347,13 @@ def project_params(given: Path, root: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog="exit codes: 0 every table written, or matching with --check; 1 (--check) a table is out of date; "
+        "2 a refusal (one line: a metrics, intervals or params file that cannot be read or lacks a figure, a block naming a "
+        "task or table without metrics or a task params.yaml does not list, --root not a project, a usage error)",
+    )
     ap.add_argument(
         "--check",
         action="store_true",
@@ -312,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         params = project_params(args.root, root)
         for path in markdown_files(root):
             new[path] = rendered_file(path, root, params, cache, used)
-        missing = [t for t in evaluated_tasks(root) if t not in used]
+        missing = [t for t in evaluated_tasks(root, params) if t not in used]
         if missing:
             target = root / NEW_BLOCKS_FILE
             text = new.get(target) or (target.read_text(encoding="utf-8") if target.exists() else "# Results\n")
