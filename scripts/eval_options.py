@@ -15,8 +15,9 @@ project checkout after ``dvc repro``, with the math libraries pinned as the stag
 The splits are the validation split by default: choose an option there, then report it on test
 once (``--splits valid test``, or set it in ``evaluate`` and rerun the evaluate stage).
 
-Prints a markdown table per split (the task's columns, output <unk> count, mean length) and writes
-every figure to ``--json``. The task's columns are those its comparison page shows for the split's
+Prints a line per decoded row (its examples and seconds), then a markdown table per split (the task's
+columns, the output <unk> tokens, the lines with <unk>, the empty outputs, the mean length; under it
+the names of the rows' other figures) and writes every figure to ``--json``. The task's columns are those its comparison page shows for the split's
 metric (:func:`split_columns`): exact match top1 and top<k>, ROUGE rouge1/2/L, BLEU bleu ...;
 ``--columns`` shows others.
 """
@@ -32,6 +33,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import textwrap  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -113,13 +115,14 @@ def plan(args, params: dict, paths: TaskPaths) -> tuple[list[str], list[tuple[st
     trained = lambda m: (paths.checkpoints(m) / "model.pt").is_file()
     notes = []
     if args.mechanisms:
-        unknown = [m for m in args.mechanisms if not trained(m)]
+        given = list(dict.fromkeys(args.mechanisms))  # -m copynet -m copynet: decoded once
+        unknown = [m for m in given if not trained(m)]
         if unknown:
             raise Refused(
-                f"--mechanisms: {', '.join(unknown)} not trained for {args.task} (no "
+                f"-m/--mechanisms: {', '.join(unknown)} not trained for {args.task} (no "
                 f"{paths.checkpoints(unknown[0]) / 'model.pt'}): run `dvc repro train@{args.task}-{unknown[0]}` first"
             )
-        mechanisms = list(args.mechanisms)
+        mechanisms = given
     else:
         mechanisms = [m for m in params["mechanisms"] if trained(m)]
         skipped = [m for m in params["mechanisms"] if not trained(m)]
@@ -155,6 +158,13 @@ def metric_columns(cfg: EvalConfig, split: str) -> set[str]:
         probe[cfg.group_by] = "a"
     scored = score_records([probe], cfg, split)
     return {k for k, v in scored.items() if is_figure(v)} | set(UNK_COLUMNS) | {"seconds"}
+
+
+def shown_figure(value: object) -> str:
+    """A table cell: a score with 2 decimals, a count (``--columns n``) as it is, '-' for no figure."""
+    if isinstance(value, int) and is_figure(value):
+        return str(value)
+    return f"{value:.2f}" if is_figure(value) else "-"
 
 
 def is_figure(value: object) -> bool:
@@ -219,23 +229,93 @@ def parse_json(text: str, where: object) -> object:
         raise Refused(f"{where}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
 
 
+EXAMPLE = f"""example (the validation split; the tables only, nothing written):
+  {PROG} --task copy_rules -m copynet -m rnnsearch \\
+      --settings ban_unk=true replace_unk=true"""
+SETTINGS_KEYS = {  # the keys of the evaluate section users try here, each with what its row shows
+    "ban_unk=true": "the search never emits <unk> (an output may then end early or be empty: the empty outputs "
+    "column counts them)",
+    "replace_unk=true": "each output <unk> becomes the source word most attended at that step",
+    "average_last=K": "the mean weights of the run's last K step checkpoints (needs train.keep_checkpoints >= K)",
+    "beam_size=N": "another beam size",
+}
+
+
 def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog=PROG, description=" ".join(__doc__.split("\n\n")[0].split()))
-    p.add_argument("--task", default=None)
-    p.add_argument("--mechanisms", nargs="+", default=None, help="default: params.yaml's trained mechanisms")
+    description = textwrap.fill(" ".join(__doc__.split("\n\n")[0].replace("``", "").split()), 79)
+    p = OneLineParser(
+        prog=PROG, description=description, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--task",
+        default=None,
+        help="the task whose trained models are scored: a task under `tasks` in params.yaml (e.g. copy_rules); "
+        "needed unless --print (no default)",
+    )
+    p.add_argument(
+        "-m",
+        "--mechanisms",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="MECHANISM",
+        help="a mechanism to score, each trained for the task: repeat -m as `copyseq run` takes it "
+        "(-m copynet -m rnnsearch), or list them (--mechanisms copynet rnnsearch); "
+        "default: every mechanism of params.yaml trained for the task (the others named as skipped)",
+    )
     p.add_argument(
         "--splits",
         nargs="+",
         default=["valid"],
-        help="default: valid, where options are chosen; add test to report the chosen one (nothing is chosen on test)",
+        metavar="SPLIT",
+        help="the splits decoded and scored (default: valid, where options are chosen; add test to report the "
+        "chosen one: nothing is chosen on test)",
     )
-    p.add_argument("--settings", nargs="+", default=[], help="evaluate overrides, one per row: key=value")
-    p.add_argument("--params", default=None)
+    keys = [k.split("=")[0] for k in SETTINGS_KEYS]
+    others = ", ".join(k for k in sorted(EvalConfig.__dataclass_fields__) if k not in keys)
     p.add_argument(
-        "--columns", nargs="+", default=None, help="the metrics shown (default: the task's, by each split's metric)"
+        "--settings",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one row per setting: the task's evaluate settings with this one changed (the value read as YAML), "
+        "e.g. --settings ban_unk=true replace_unk=true average_last=3 beam_size=5. "
+        + "; ".join(f"{k}: {what}" for k, what in SETTINGS_KEYS.items())
+        + f". Any other key of params.yaml's evaluate section: {others}. "
+        'Without --settings: only the rows of the evaluate stage\'s own figures ("as evaluated")',
     )
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--print", dest="print_json", type=Path, default=None, help="only print the tables of this --json")
+    p.add_argument(
+        "--params",
+        default=None,
+        metavar="FILE",
+        help="the params file (default: the repository's params.yaml); the task's data (shards, vocabularies, "
+        "checkpoints, the evaluate stage's figures) is read under the file's own directory",
+    )
+    p.add_argument(
+        "--columns",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="the figures shown (default: the task's, by each split's metric: top1 and top<k>, or rouge1 rouge2 "
+        "rougeL, bleu ...), e.g. --columns top1 n; the line under each table names the others",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write every figure of every row (all metrics, per-group figures, copy statistics, seconds) "
+        "to FILE, rewritten after each row; --print FILE shows its tables again. Without it nothing is written",
+    )
+    p.add_argument(
+        "--print",
+        dest="print_json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="decode nothing: print the tables of FILE, a --json written earlier (--columns chooses other "
+        "figures of it; the other options are not used)",
+    )
     return p
 
 
@@ -295,8 +375,7 @@ def run(args) -> int:
                     model, _ = load_model(Path(tmp) / "model.pt", mechanism, device, vocabs)
             label = f"{key}={value}"
             rows[label] = {s: score(model, paths, mechanism, s, vocabs, cfg, device) for s in args.splits}
-            brief = {s: {k: v for k, v in m.items() if isinstance(v, int | float)} for s, m in rows[label].items()}
-            print(f"{mechanism} {label}: {brief}", flush=True)
+            print(progress(mechanism, label, rows[label]), flush=True)
             report["rows"][mechanism] = rows
             if args.json:  # after every row: a long run stopped half-way keeps what it scored
                 write_text_atomic(args.json, json.dumps(report, indent=1))
@@ -305,6 +384,12 @@ def run(args) -> int:
         write_text_atomic(args.json, json.dumps(report, indent=1))
     print_tables(report, args.columns)
     return 0
+
+
+def progress(mechanism: str, label: str, by_split: dict) -> str:
+    """The line a decoded row prints: what it decoded and how long it took (its figures are in the table)."""
+    done = [f"{split}, {m['n']} examples decoded in {m['seconds']} s" for split, m in by_split.items()]
+    return f"{mechanism} {label}: " + "; ".join(done)
 
 
 def row_columns(params: dict, task: str, mechanisms: list[str], settings: list, splits: list[str]) -> set[str]:
@@ -372,25 +457,35 @@ def report_shaped(report: object) -> bool:
     return all(isinstance(b, dict) and all(isinstance(m, dict) for m in b.values()) for b in by_split)
 
 
+COUNT_HEADERS = ("<unk> tokens", "lines with <unk>", "empty outputs")  # UNK_COLUMNS, as the tables head them
+
+
 def print_tables(report: dict, chosen: list[str] | None) -> None:
-    """One markdown table per split: ``chosen`` columns, else those the report recorded per split."""
+    """One markdown table per split: ``chosen`` columns, else those the report recorded per split; then
+    the counts of :func:`unk_stats` and the mean output length. Under each table, one line naming the
+    figures its rows hold that it does not show (``--columns`` shows them; ``--json`` has them all)."""
     for split in report["splits"]:
         columns = chosen or (report.get("columns") or {}).get(split) or ROUGE_COLUMNS
         print(f"\n### {report['task']} {split}\n")
-        print("| mechanism | setting | " + " | ".join(columns) + " | <unk> tokens | lines with <unk> | length |")
-        print("|---|---|" + "---:|" * (len(columns) + 3))
+        print("| mechanism | setting | " + " | ".join([*columns, *COUNT_HEADERS]) + " | length |")
+        print("|---|---|" + "---:|" * (len(columns) + len(COUNT_HEADERS) + 1))
+        others: set[str] = set()
         for mechanism, rows in report["rows"].items():
             for label, by_split in rows.items():
                 m = by_split.get(split)
                 if m is None:  # the evaluate stage did not score this split
-                    print(f"| {mechanism} | {label} | " + " | ".join(["-"] * (len(columns) + 3)) + " |")
+                    dashes = ["-"] * (len(columns) + len(COUNT_HEADERS) + 1)
+                    print(f"| {mechanism} | {label} | " + " | ".join(dashes) + " |")
                     continue
-                cells = [f"{m[c]:.2f}" if is_figure(m.get(c)) else "-" for c in columns]
+                others |= {k for k, v in m.items() if is_figure(v)} - set(columns) - set(UNK_COLUMNS)
+                cells = [shown_figure(m.get(c)) for c in columns]
                 copy = m.get("copy") if isinstance(m.get("copy"), dict) else {}
                 length = (copy.get("outputs") if isinstance(copy.get("outputs"), dict) else {}).get("length")
                 shown_length = f"{length:.1f}" if is_figure(length) else "-"
-                counts = [str(m[c]) if is_figure(m.get(c)) else "-" for c in UNK_COLUMNS[:2]]
+                counts = [str(m[c]) if is_figure(m.get(c)) else "-" for c in UNK_COLUMNS]
                 print(f"| {mechanism} | {label} | " + " | ".join([*cells, *counts]) + f" | {shown_length} |")
+        if others:
+            print(f"\nalso in these rows (--columns NAME ... shows them): {', '.join(sorted(others))}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,7 +108,7 @@ def test_default_mechanisms_skip_the_untrained_and_as_evaluated_shows_unscored_s
     assert set(rows) == {"copynet", "rnnsearch"}
     assert set(rows["rnnsearch"]["as evaluated"]) == {"test"}
     assert "| rnnsearch | as evaluated | - | - | - | - |" in shown  # valid: not scored by the stage
-    assert "| rnnsearch | as evaluated | 50.00 | 1 | 1 | - |" in shown
+    assert "| rnnsearch | as evaluated | 50.00 | 1 | 1 | 0 | - |" in shown
 
 
 @pytest.mark.parametrize(
@@ -146,3 +147,59 @@ def test_the_options_are_scored_on_the_validation_split_unless_told(eval_options
     """Options are chosen on validation: the default split is valid; test is scored only when asked."""
     assert eval_options.parser().parse_args(["--task", TASK]).splits == ["valid"]
     assert eval_options.parser().parse_args(["--task", TASK, "--splits", "valid", "test"]).splits == ["valid", "test"]
+
+
+def test_the_help_gives_every_option_a_text_and_names_every_settings_key(eval_options, capsys):
+    """`--help` says what each option takes: --task (needed unless --print), every key --settings
+    accepts (the evaluate section's) with an example, what --json and --params are, what --print reads."""
+    options = {a.dest: a for a in eval_options.parser()._actions if a.dest != "help"}
+    assert set(options) == {"task", "mechanisms", "splits", "settings", "params", "columns", "json", "print_json"}
+    assert all(len(a.help or "") > 20 for a in options.values()), {d: a.help for d, a in options.items()}
+    with pytest.raises(SystemExit) as done:
+        eval_options.main(["--help"])
+    assert done.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    assert "-m MECHANISM [MECHANISM ...], --mechanisms MECHANISM" in shown
+    assert "--task TASK" in shown and "needed unless --print" in shown
+    assert all(key in shown for key in EvalConfig.__dataclass_fields__)  # every key --settings accepts
+    assert "--settings ban_unk=true replace_unk=true average_last=3" in shown  # an example
+    assert "params.yaml" in options["params"].help and "--print" in options["json"].help
+    assert "``" not in shown  # the docstring's markup is not shown
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "copynet", "-m", "rnnsearch"],
+        ["-m", "copynet", "rnnsearch"],
+        ["--mechanisms", "copynet", "-m", "rnnsearch"],
+    ],
+)
+def test_m_repeated_is_mechanisms_as_copyseq_run_takes_it(eval_options, argv):
+    """`copyseq run -m copynet -m rnnsearch` and `eval-options -m copynet -m rnnsearch` name rows alike."""
+    parse = eval_options.parser().parse_args
+    assert parse(["--task", TASK, "--mechanisms", "copynet", "rnnsearch"]).mechanisms == ["copynet", "rnnsearch"]
+    assert parse(["--task", TASK, *argv]).mechanisms == ["copynet", "rnnsearch"]
+    assert parse(["--task", TASK]).mechanisms is None  # default: the trained mechanisms of params.yaml
+
+
+def test_the_output_is_tables_and_progress_lines_with_the_empty_outputs_no_dict_dumps(eval_options, toy_copy, capsys):
+    """Each decoded row says what it decoded and how long it took; the rows' figures are in the table
+    (the empty outputs, which ban_unk may cause, among them), not Python dicts of 15-digit floats."""
+    evaluated = TaskPaths(TASK, toy_copy).evaluation("rnnsearch")
+    (evaluated / "predictions").mkdir(parents=True)
+    (evaluated / "metrics.json").write_text(json.dumps({"test": {"n": 3, "top1": 100 / 3}}))
+    lines = [{"pred": ""}, {"pred": "a <unk>"}, {"pred": []}]  # two empty outputs
+    (evaluated / "predictions" / "test.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = toy_copy / "options.json"
+    argv = ["--task", TASK, "--params", str(toy_copy / "params.yaml"), "-m", "rnnsearch", "--splits", "test",
+            "--settings", "ban_unk=true", "--columns", "top1", "--json", str(out)]  # fmt: skip
+    assert eval_options.main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "{" not in shown and "': " not in shown, shown
+    assert re.search(r"\d\.\d{3,}", shown) is None, shown  # figures rounded as in the table
+    assert "| mechanism | setting | top1 | <unk> tokens | lines with <unk> | empty outputs | length |" in shown
+    assert "| rnnsearch | as evaluated | 33.33 | 1 | 1 | 2 | - |" in shown
+    row = json.loads(out.read_text())["rows"]["rnnsearch"]["ban_unk=True"]["test"]
+    assert f"| rnnsearch | ban_unk=True | {row['top1']:.2f} | 0 | 0 | {row['empty_outputs']} |" in shown
+    assert f"rnnsearch ban_unk=True: test, {row['n']} examples decoded in {row['seconds']} s" in shown
