@@ -20,6 +20,7 @@ modules keep working alone and every entry process pins its math libraries as be
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import socket
@@ -44,22 +45,22 @@ app = typer.Typer(
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
-def _call(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = REPO_ROOT) -> None:
-    """Run ``cmd`` in ``cwd`` (default: the project root, where DVC and the server run; None: the user's
+def _call(cmd: list[str], env: dict[str, str] | None = None, in_project: bool = True) -> None:
+    """Run ``cmd`` in the project root (where DVC and the server run; ``in_project=False``: the user's
     directory), with ``env`` (else this process's environment), and leave with its exit code."""
     sys.stdout.flush()  # what this process printed comes before the child's output, also into a pipe
-    raise typer.Exit(subprocess.call(cmd, cwd=cwd, env=env))
+    raise typer.Exit(subprocess.call(cmd, cwd=REPO_ROOT if in_project else None, env=env))
 
 
 # The pass-through subcommands run in the user's directory: the paths they are given (`--input in.txt`,
 # `--out exports/`, `--params my.yaml`) mean what they mean in the user's shell. Their defaults are the
 # project's own files (absolute paths), wherever they run.
 def _module(module: str, args: list[str]) -> None:
-    _call([sys.executable, "-m", module, *args], cwd=None)
+    _call([sys.executable, "-m", module, *args], in_project=False)
 
 
 def _script(name: str, args: list[str]) -> None:
-    _call([sys.executable, str(REPO_ROOT / "scripts" / name), *args], cwd=None)
+    _call([sys.executable, str(REPO_ROOT / "scripts" / name), *args], in_project=False)
 
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -153,7 +154,7 @@ def _preview(header: str, stages: list[str]) -> None:
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)
 def repro(ctx: typer.Context) -> None:
     """The whole pipeline: `dvc repro [ARGS]` with one local Prefect server (`--dry`: none needed)."""
-    _check_repro_args(ctx, ctx.args)
+    known = _check_repro_args(ctx, ctx.args)
     if "--dry" in ctx.args:
         unprepared = [t for t in task_names(load_params()) if not (REPO_ROOT / "data" / "shards" / t).is_dir()]
         if unprepared:
@@ -161,17 +162,25 @@ def repro(ctx: typer.Context) -> None:
             # does not exist before prepare has run (DVC then fails); `dvc status` names those stages.
             print(f"prepare has not run for {', '.join(unprepared)} yet; the stages out of date (dvc status):")
             _call([sys.executable, "-m", "dvc", "status", *(a for a in ctx.args if not a.startswith("-"))])
+        if known is not None:
+            _dry_repro(known)
         _call([sys.executable, "-m", "dvc", "repro", *ctx.args])
     _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *ctx.args])
 
 
-def _check_repro_args(ctx: typer.Context, args: list[str]) -> None:
+def _repro_parser() -> argparse.ArgumentParser:
+    from dvc.cli.parser import get_main_parser
+
+    return next(a.choices["repro"] for a in get_main_parser()._actions if isinstance(a.choices, dict))
+
+
+def _check_repro_args(ctx: typer.Context, args: list[str]) -> argparse.Namespace | None:
     """Refuse, before DVC or a Prefect server starts, what `dvc repro` would refuse with its own exit
     codes (255, 254): an option it does not have, a target that is no stage of dvc.yaml. Parsed by
-    DVC's own `repro` parser and collected as `dvc repro` collects its targets, so both agree."""
+    DVC's own `repro` parser and collected as `dvc repro` collects its targets, so both agree. The
+    parsed arguments, or None for `--help`."""
     if "-h" in args or "--help" in args:
-        return  # DVC's help, as before
-    from dvc.cli.parser import get_main_parser
+        return None  # DVC's help, as before
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages
@@ -179,7 +188,7 @@ def _check_repro_args(ctx: typer.Context, args: list[str]) -> None:
     def refuse(message: str) -> None:  # DVC's parser prints its help before erring: one line instead
         ctx.fail(f"repro: {message} (copyseq repro --help: its options)")
 
-    parser = next(a.choices["repro"] for a in get_main_parser()._actions if isinstance(a.choices, dict))
+    parser = _repro_parser()
     parser.error = refuse
     known, unknown = parser.parse_known_args(args)
     if unknown:
@@ -189,6 +198,81 @@ def _check_repro_args(ctx: typer.Context, args: list[str]) -> None:
             collect_stages(repo, known.targets or ["dvc.yaml"], recursive=known.recursive, glob=known.glob)
     except DvcException as err:
         ctx.fail(f"repro: {err} (dvc stage list: the stages)")
+    return known
+
+
+# what chooses the stages `dvc repro` walks; its other options (--force, -v, ...) say how it walks them
+_SELECTION = {"help", "targets", "single_item", "pipeline", "all_pipelines", "recursive", "downstream", "glob"}
+
+
+def _dry_repro(known: argparse.Namespace) -> None:
+    """`dvc repro --dry` (``known``: its parsed arguments) of the stages it walks but those it cannot
+    preview, which are printed after it; returns, for DVC to run as asked, when there are none.
+    A stage that would run is looked up in the run cache by its deps' hashes, and DVC fails on a dep
+    that does not exist (``[Errno 2] No such file or directory``), which a dry run does not make: the
+    checkpoint of a row whose train stage has not run (its evaluate stage), the settings file of a
+    row just listed (its train stage). Such a stage would run, and so would each stage walked after
+    it that depends on it (compare)."""
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
+
+    single, downstream = known.single_item, known.downstream
+    if known.pipeline or known.all_pipelines:
+        single = downstream = False  # as `dvc repro` walks
+    with contextlib.chdir(REPO_ROOT), Repo(str(REPO_ROOT)) as repo:
+        targets = known.targets or ["dvc.yaml"]
+        stages = (
+            [] if known.all_pipelines else collect_stages(repo, targets, recursive=known.recursive, glob=known.glob)
+        )
+        graph = get_active_graph(repo.index.graph)  # an edge goes from a stage to one it depends on
+        steps = stages if single else plan_repro(graph, stages, pipeline=known.pipeline, downstream=downstream)
+        missing: dict[str, None] = {}  # the paths, in the walk's order
+        left_out = set()
+        for stage in steps:  # each stage after those it depends on
+            absent = [
+                dep.def_path
+                for dep in ([] if stage.frozen else stage.deps)  # a frozen stage does not run
+                if getattr(dep, "protocol", None) == "local" and not dep.exists
+            ]
+            missing.update(dict.fromkeys(absent))
+            if absent or left_out.intersection(graph.successors(stage)):
+                left_out.add(stage)
+        rest = [stage.addressing for stage in steps if stage not in left_out]
+        previewed = [stage.addressing for stage in steps if stage in left_out]
+    if not previewed:
+        return
+    if rest:
+        # None of these depends on a stage left out: as targets, DVC walks them as it would have (each
+        # after its deps); but a walk of what follows the targets (--downstream) would reach those left
+        # out, and one of the targets alone (-s) no other stage: there each alone (-s), in the walk's order.
+        cmd = [sys.executable, "-m", "dvc", "repro", *_repro_options(known), *(["-s"] if single or downstream else [])]
+        sys.stdout.flush()
+        code = subprocess.call([*cmd, *rest], cwd=REPO_ROOT)
+        if code:
+            raise typer.Exit(code)
+    _preview(
+        f"not made here yet, so DVC cannot preview the stages that read them: {', '.join(missing)}; "
+        f"these stages would run{' too' if rest else ''}:",
+        previewed,
+    )
+    raise typer.Exit(0)
+
+
+def _repro_options(known: argparse.Namespace) -> list[str]:
+    """The options of ``known`` (`dvc repro`'s parsed arguments) but those that choose its stages."""
+    options: list[str] = []
+    for action in _repro_parser()._actions:
+        if not action.option_strings or action.dest in _SELECTION:
+            continue
+        value = getattr(known, action.dest)
+        if isinstance(action, argparse._CountAction):
+            options += [action.option_strings[0]] * (value or 0)
+        elif action.nargs == 0:  # a flag (--force) or one of the flags sharing a dest (-k, --ignore-errors)
+            if value == action.const and value != action.default:
+                options.append(action.option_strings[-1])
+        elif value is not None:
+            options += [action.option_strings[-1], str(value)]
+    return options
 
 
 @app.command(context_settings=PASS_THROUGH, add_help_option=False)

@@ -1,7 +1,8 @@
 """`copyseq` refuses careless input in one line on stderr with exit code 2, before any child process
 starts: its own usage errors, `serve` of a model the registry does not hold or on a bad or busy port,
 `repro` of an unknown stage or option; `serve` finds the server's uvicorn without an activated
-environment, and `run --dry` previews a row just listed under `mechanisms`.
+environment, `run --dry` previews a row just listed under `mechanisms`, and `repro --dry` a row that
+has not trained (DVC's dry run fails on it: tests/test_cli_repro_dry.py runs DVC's).
 
 Every test calls `pipeline.cli.main` in this process with the child process (`subprocess.call`)
 replaced by a recorder: no server, DVC or Prefect starts."""
@@ -9,6 +10,7 @@ replaced by a recorder: no server, DVC or Prefect starts."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import sys
@@ -298,6 +300,105 @@ def test_repro_hands_known_stages_and_help_to_dvc(dvc_project, spawned):
     assert spawned[-1]["cmd"] == [sys.executable, "-m", "dvc", "repro", "--dry", "hello"]
     assert main(["repro", "--help"]) == 0  # DVC's own help, unchecked
     assert spawned[-1]["cmd"][-3:] == ["dvc", "repro", "--help"]
+
+
+# --- repro --dry of a row that has not run: what DVC cannot preview -------------------------------
+
+
+ROWS_DVC_YAML = """\
+stages:
+  train:
+    foreach: [ran, new]
+    do:
+      cmd: mkdir -p ckpt/${item}
+      outs:
+        - ckpt/${item}
+  evaluate:
+    foreach: [ran, new]
+    do:
+      cmd: cp -r ckpt/${item} runs/${item}
+      deps:
+        - ckpt/${item}
+      outs:
+        - runs/${item}
+  compare:
+    cmd: ls runs > table
+    deps:
+      - runs
+    outs:
+      - table
+"""
+
+
+def write_rows_project(root: Path) -> None:
+    """A DVC project (no git) in the shape of one task's rows: `ran` has its checkpoint and evaluation,
+    `new` neither (its train stage has never run), and compare reads every evaluation."""
+    (root / ".dvc").mkdir()
+    (root / ".dvc" / "config").write_text("[core]\n    no_scm = true\n")
+    (root / "dvc.yaml").write_text(ROWS_DVC_YAML)
+    for out in ("ckpt/ran", "runs/ran"):
+        (root / out).mkdir(parents=True)
+        (root / out / "model").write_text("1")
+
+
+@pytest.fixture
+def rows_project(tmp_path, monkeypatch) -> Path:
+    """write_rows_project's, as the project copyseq runs in (every task prepared: none)."""
+    write_rows_project(tmp_path)
+    monkeypatch.setattr(cli, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(cli, "load_params", lambda path=None: {"tasks": {}})
+    return tmp_path
+
+
+def outside_dvc(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {name: data for name, data in files.items() if not name.startswith(".dvc/")}
+
+
+def dvc_repro(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "dvc", "repro", *argv]
+
+
+def test_repro_dry_previews_the_stages_of_a_row_that_has_not_run(rows_project, capsys, spawned):
+    """`dvc repro --dry` fails on evaluate@new (`[Errno 2] No such file or directory: .../ckpt/new`:
+    it hashes the deps of a stage that would run, and a dry run makes no checkpoint): copyseq hands
+    DVC the stages before it and names it and compare, which reads its output, as stages that would run."""
+    before = outside_dvc(files_under(rows_project))
+    assert main(["repro", "--dry"]) == 0
+    (child,) = spawned
+    assert child["cmd"][:5] == dvc_repro("--dry")
+    assert sorted(child["cmd"][5:]) == ["evaluate@ran", "train@new", "train@ran"]  # no -s: walked with their deps
+    assert child["cwd"] == rows_project
+    assert capsys.readouterr().out.splitlines() == [
+        "not made here yet, so DVC cannot preview the stages that read them: ckpt/new; these stages would run too:",
+        "Running stage 'evaluate@new'",
+        "Running stage 'compare'",
+    ]
+    assert outside_dvc(files_under(rows_project)) == before  # DVC's own .dvc/tmp aside
+
+
+@pytest.mark.parametrize(
+    ("argv", "options", "targets", "previewed"),
+    [
+        (["compare", "-v", "-f"], ["-v", "--force", "--dry"], ["evaluate@ran", "train@new", "train@ran"], ["evaluate@new", "compare"]),
+        (["-k", "--downstream", "train@new"], ["--dry", "--keep-going", "-s"], ["train@new"], ["evaluate@new", "compare"]),
+        (["-s", "evaluate@new"], None, None, ["evaluate@new"]),  # nothing left for DVC
+        (["evaluate@ran"], ["--dry"], ["evaluate@ran"], []),  # nothing DVC cannot preview: as asked
+    ],
+    ids=["options-kept", "downstream", "single-item", "a-row-that-ran"],
+)  # fmt: skip
+def test_repro_dry_of_targets_leaves_out_what_dvc_cannot_preview(
+    argv, options, targets, previewed, rows_project, capsys, spawned
+):
+    """DVC is handed the stages walked but those left out, with the options that do not choose stages
+    (-s where the walk was not of the targets and their deps)."""
+    assert main(["repro", "--dry", *argv]) == 0
+    if options is None:
+        assert spawned == []
+    else:
+        (child,) = spawned
+        cmd = child["cmd"][4:]
+        assert cmd[: len(options)] == options and sorted(cmd[len(options) :]) == targets
+    assert re.findall(r"Running stage '([^']+)'", capsys.readouterr().out) == previewed
 
 
 @pytest.mark.parametrize(
