@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import re
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
@@ -42,7 +41,7 @@ from pipeline.serving.pyfunc_common import (
     signature,
     stop_on_server_exit,
 )
-from pipeline.tracking.registry import register
+from pipeline.tracking.registry import REGISTERED_URI, register
 from pipeline.tracking.runs import tracking_uri
 from pipeline.vocab.tokenizer import RECORD
 
@@ -173,13 +172,10 @@ def load_model(uri: str, threads: int | None = None):
     return model
 
 
-REGISTERED = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
-
-
 def twin_uri(uri: str) -> str | None:
     """``models:/<name>@<alias>`` -> ``models:/<name>_onnx@<alias>`` (a version: the same form); None for
     a URI that names no registered model."""
-    match = REGISTERED.match(uri)
+    match = REGISTERED_URI.match(uri)
     if match is None:
         return None
     rest = f"@{match['alias']}" if match["alias"] else f"/{match['version']}"
@@ -241,7 +237,7 @@ def register_twin(model_uri: str, source_uri: str, task: str, mechanism: str) ->
 
 def _register_twin(model_uri: str, source_uri: str, task: str, mechanism: str) -> tuple[str, str]:
     _use_store()
-    match = REGISTERED.match(source_uri)
+    match = REGISTERED_URI.match(source_uri)
     name = (match["name"] if match else task) + TWIN_SUFFIX
     source_version = None
     if match:

@@ -62,6 +62,7 @@ from pipeline.config.validation import SettingsError
 from pipeline.config.variants import resolve
 from pipeline.io.files import atomic_path
 from pipeline.serving.limits import InputRejected, ServingConfig, refusal_message
+from pipeline.tracking.registry import REGISTERED_URI, serving_problem
 from pipeline.tracking.runs import tracking_uri
 
 PROG = "copyseq predict"
@@ -304,14 +305,9 @@ def registered_model(uri: str, runtime: str, threads: int | None = None) -> Pyfu
         raise PredictError(registry_message(uri) or err.message) from None
 
 
-REGISTERED_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
-
-
 def registry_message(uri: str) -> str | None:
     """For a ``models:/`` URI the registry cannot resolve: what it lacks and what it holds (the
     versions and aliases of the name, or the names registered), and where the alias comes from."""
-    from pipeline.tracking.registry import serving_problem
-
     match = REGISTERED_URI.match(uri)
     if match is None:
         return None

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
 from pipeline.io.files import sha256_tree
 from pipeline.tracking.runs import metric_name, tracking_uri
+
+# models:/<name>@<alias> or models:/<name>/<version>: a registered model's URI
+REGISTERED_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>\d+))$")
 
 ALIAS = "champion"
 METRIC_TAG = "metric"
