@@ -39,7 +39,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from pipeline.config.arguments import OneLineParser  # noqa: E402
+from pipeline.config.arguments import OneLineParser, run_command  # noqa: E402
 from pipeline.config.checks import check_serving  # noqa: E402
 from pipeline.config.params import project_root  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
@@ -489,4 +489,4 @@ def print_tables(report: dict, chosen: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

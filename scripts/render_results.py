@@ -57,7 +57,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 
 from models.registry import DISPLAY_NAMES  # noqa: E402
-from pipeline.config.arguments import OneLineParser  # noqa: E402
+from pipeline.config.arguments import OneLineParser, run_command  # noqa: E402
 from pipeline.config.params import load_params  # noqa: E402
 from pipeline.config.paths import TaskPaths  # noqa: E402
 from pipeline.config.tasks import effective_params, task_names  # noqa: E402
@@ -422,4 +422,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

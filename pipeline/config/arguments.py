@@ -1,4 +1,5 @@
-"""Command-line parsing for the user's commands: a usage error is one line (docs/guarantees.md).
+"""Command-line plumbing for the user's commands: a usage error is one line (docs/guarantees.md), and
+a reader that stops early (``| head``) ends the command quietly.
 
 argparse prints its usage block above an error; here an unknown option, a bad value, a missing
 argument or an option given twice is ``PROG: error: MESSAGE``, exit code 2 (``--help`` still prints
@@ -9,7 +10,9 @@ eval-options, render-results, retrain).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 
@@ -47,3 +50,17 @@ class Once(argparse.Action):
             raise argparse.ArgumentError(self, f"given twice: give it once{many}")
         given.add(self.dest)
         setattr(namespace, self.dest, values)
+
+
+CLOSED_PIPE_EXIT = 128 + 13  # the exit code of a Unix tool ended by SIGPIPE (`yes | head`)
+
+
+def run_command(main: Callable[[], int | None]) -> int:
+    """``main()``'s exit code; when the reader of standard output has closed it (``copyseq predict ...
+    | head``), quietly the code a Unix tool gives, not a BrokenPipeError traceback. Standard output
+    then points at /dev/null, so that the interpreter's last flush does not raise again."""
+    try:
+        return main() or 0
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE_EXIT

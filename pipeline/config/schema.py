@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from pydantic import BeforeValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
-from pipeline.config.arguments import OneLineParser
+from pipeline.config.arguments import OneLineParser, run_command
 from pipeline.config.checks import check_cron, check_metric_key, check_subword
 from pipeline.config.mechanisms import declared_mechanisms
 from pipeline.config.params import REPO_ROOT, load_params
@@ -670,4 +670,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_command(main))

@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import yaml
 
-from pipeline.config.arguments import Once, OneLineParser
+from pipeline.config.arguments import Once, OneLineParser, run_command
 from pipeline.config.arguments import refuse as refuse_command
 from pipeline.config.params import REPO_ROOT, UniqueKeyLoader, load_params, section
 from pipeline.config.params_edit import read_params_text, with_line_endings
@@ -353,4 +353,4 @@ def run_add(params_path: Path, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_command(main))

@@ -61,7 +61,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from models.extended import NEG
 from models.registry import runs_on_backbone
 from models.specials import BOS, SPECIALS
-from pipeline.config.arguments import OneLineParser
+from pipeline.config.arguments import OneLineParser, run_command
 from pipeline.config.validation import SettingsError
 from pipeline.io.files import sha256_file, sha256_tree, write_json_atomic
 from pipeline.serving.limits import DECODE_KEYS, ServingConfig
@@ -544,4 +544,4 @@ def fail(message: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

@@ -53,7 +53,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO, TextIO
 
-from pipeline.config.arguments import OneLineParser
+from pipeline.config.arguments import OneLineParser, run_command
 from pipeline.config.backbones import row_vocab_dir
 from pipeline.config.params import project_root
 from pipeline.config.schema import check_params_file
@@ -521,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if args.input != "-":
                 inp.close()
+    except BrokenPipeError:
+        raise  # the reader of stdout stopped (| head): run_command ends quietly
     except (PredictError, SettingsError, OSError) as err:
         return fail(str(err))
     return 0
@@ -532,4 +534,4 @@ def fail(message: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))
