@@ -114,12 +114,19 @@ def main(argv: list[str] | None = None) -> int:
         retrain_flow(params_path)
         return 0
     cfg = RetrainConfig.from_dict(section(load_params(params_path), "retrain"))
+    # Prefect's own starting message links its UI, which the project's server runs without (--no-ui)
+    print(
+        f"serving retrain/{cfg.deployment_name} on cron {cfg.cron!r} (Ctrl-C stops it; a run now: "
+        f"prefect deployment run retrain/{cfg.deployment_name})",
+        flush=True,
+    )
     retrain_flow.serve(
         name=cfg.deployment_name,
         cron=cfg.cron,
         parameters={"params_path": params_path},
         limit=1,
         description=f"retrain {cfg.task}: promote a challenger only if it beats the champion",
+        print_starting_message=False,
     )
     return 0
 

@@ -295,3 +295,24 @@ def test_retrain_serve_checks_the_settings_first_a_bad_cron_is_one_line(retrain_
     rc, _, err = call(retrain_main, ["serve", "--params", str(tmp_path / "params.yaml")])
     line = one_line(err)
     assert rc == 2 and "retrain.cron" in line and "every sunday" in line
+
+
+def test_retrain_serve_serves_the_deployment_on_the_params_cron_without_prefects_ui_link(retrain_main, monkeypatch):
+    """Prefect's starting message links a UI the project's server runs without: serve prints its own
+    line (the deployment, its cron, how to trigger a run) and hands Prefect the cron of params.yaml."""
+    import flows.retrain as module
+
+    served = []
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:1/api")
+    monkeypatch.setattr(module, "check_prefect_server", lambda url: None)  # a server that answers
+    monkeypatch.setattr(module.retrain_flow, "serve", lambda **kw: served.append(kw))
+    rc, out, err = call(retrain_main, ["serve"])
+    retrain = load_params(REPO / "params.yaml")["retrain"]
+    name = f"retrain-{retrain['task']}"
+    assert rc == 0 and err == "" and len(served) == 1
+    assert served[0]["cron"] == retrain["cron"] and served[0]["name"] == name and served[0]["limit"] == 1
+    assert served[0]["print_starting_message"] is False
+    assert out == (
+        f"serving retrain/{name} on cron {retrain['cron']!r} (Ctrl-C stops it; a run now: "
+        f"prefect deployment run retrain/{name})\n"
+    )
