@@ -50,8 +50,8 @@ VALID = [
 MODES = [("opt1", 2), ("opt2", 3), ("single", 2)]
 
 
-def _train_job(root, sentences: str, max_sentences: int) -> TrainJob:
-    """A TrainJob of ``read_again`` on TRAIN/VALID, id-encoded as the vocab stage writes them."""
+def _vocab_dir(root):
+    """TRAIN/VALID id-encoded under ``root`` as the vocab stage writes them; the source vocabulary."""
     splits = {
         "train": [shard_row(i, src, tgt) for i, src, tgt in TRAIN],
         "valid": [shard_row(i, src, tgt) for i, src, tgt in VALID],
@@ -59,6 +59,12 @@ def _train_job(root, sentences: str, max_sentences: int) -> TrainJob:
     _, src_vocab, tgt_vocab = encoded_task(root, splits)
     src_vocab.save(root / "src.vocab")
     tgt_vocab.save(root / "tgt.vocab")
+    return src_vocab
+
+
+def _train_job(root, sentences: str, max_sentences: int) -> TrainJob:
+    """A TrainJob of ``read_again`` on TRAIN/VALID, id-encoded as the vocab stage writes them."""
+    _vocab_dir(root)
     params = {
         "model": {"emb": 6, "hidden": 5, "read_again": {"sentences": sentences, "max_sentences": max_sentences}},
         "train": {"epochs": 1, "batch_size": 4, "lr": 0.01, "seed": 0, "threads": 1, "device": "cpu"},
@@ -142,13 +148,7 @@ def test_a_sentence_end_outside_the_source_vocabulary_is_refused_before_training
     """A sentence end the source vocabulary lacks is <unk> in a training batch (words read back from
     ids) but the word itself in raw text (decoding, serving): the two would split sources differently,
     so the train job refuses the setting, naming the words, before any work."""
-    splits = {
-        "train": [shard_row(i, src, tgt) for i, src, tgt in TRAIN],
-        "valid": [shard_row(i, src, tgt) for i, src, tgt in VALID],
-    }
-    _, src_vocab, tgt_vocab = encoded_task(tmp_path, splits)
-    src_vocab.save(tmp_path / "src.vocab")
-    tgt_vocab.save(tmp_path / "tgt.vocab")
+    src_vocab = _vocab_dir(tmp_path)
     assert "." in src_vocab and "zz" not in src_vocab and "qq" not in src_vocab
     params = {
         "model": {"emb": 6, "hidden": 5, "read_again": {"sentences": "opt1", "sentence_end": list(ends)}},
