@@ -150,12 +150,11 @@ class BackbonePointerSoftmaxOutput(BackboneHead, PointerSoftmaxOutput):
 
     def __init__(self, d_model: int, cfg: ModelConfig, opts: BackbonePointerSoftmaxOptions):
         OutputLayer.__init__(self)
-        if opts.shortlist is not None and opts.shortlist > cfg.tgt_vocab:
-            raise ValueError(f"shortlist {opts.shortlist} is larger than the vocabulary {cfg.tgt_vocab}")
         self.opts = opts
         self.vocab = cfg.tgt_vocab
-        self.shortlist = opts.shortlist
-        self.limit = opts.shortlist or cfg.tgt_vocab
+        # As the recurrent head: a shortlist of the vocabulary's size or more is the whole vocabulary
+        self.shortlist = None if opts.shortlist is None else min(opts.shortlist, cfg.tgt_vocab)
+        self.limit = self.shortlist or cfg.tgt_vocab
         self.decode = opts.decode
         self.switch = SwitchMLP(
             2 * d_model, opts.switch_hidden or d_model, opts.switch, opts.switch_bias, opts.noise_alpha, opts.noise_c

@@ -37,21 +37,38 @@ def pointer_softmax(path, size: int, **options):
     return build_model(NAME, cfg)
 
 
-def test_a_shortlist_larger_than_the_backbone_vocabulary_is_refused(bart):
+def test_a_shortlist_of_the_vocabulary_size_or_more_is_the_whole_vocabulary(bart):
+    """As the recurrent head: the shortlist is clamped to the vocabulary (a shared default larger than a
+    small vocabulary trains instead of failing), and the whole vocabulary is the default (None) spelled out."""
     path, size = bart
-    with pytest.raises(ValueError, match=rf"^shortlist {size + 1} is larger than the vocabulary {size}$"):
-        pointer_softmax(path, size, shortlist=size + 1)
-    with pytest.raises(ValueError, match=rf"^shortlist {10 * size} is larger than the vocabulary {size}$"):
-        pointer_softmax(path, size, shortlist=10 * size)
-
-
-def test_a_shortlist_up_to_the_vocabulary_builds(bart):
-    """The bound is inclusive: the whole vocabulary as the shortlist is the default (None) spelled out."""
-    path, size = bart
-    for shortlist, limit in ((size, size), (size - 1, size - 1), (None, size)):
+    for shortlist, kept, limit in (
+        (size + 1, size, size),
+        (10 * size, size, size),
+        (size, size, size),
+        (size - 1, size - 1, size - 1),
+        (None, None, size),
+    ):
         output = pointer_softmax(path, size, shortlist=shortlist).output
         assert isinstance(output, BackbonePointerSoftmaxOutput)
-        assert (output.shortlist, output.limit, output.vocab) == (shortlist, limit, size)
+        assert (output.shortlist, output.limit, output.vocab) == (kept, limit, size)
+
+
+def test_a_clamped_shortlist_scores_as_the_whole_vocabulary(bart):
+    """The same weights with shortlist None and 10 x V give the same scores: no id is masked."""
+    path, size = bart
+    whole, clamped = pointer_softmax(path, size), pointer_softmax(path, size, shortlist=10 * size)
+    clamped.load_state_dict(whole.state_dict())
+    s, context = torch.randn(2, 3, 16), torch.randn(2, 3, 16)
+    view = {
+        "lm_logits": torch.randn(2, 3, size),  # (B, T, V)
+        "ps_allowed": torch.ones(2, size, dtype=torch.bool),  # (B, V)
+        "attn": torch.softmax(torch.randn(2, 3, 5), dim=-1),  # (B, T, S)
+        "src_mask": torch.ones(2, 5, dtype=torch.bool),  # (B, S)
+    }
+    got, want = clamped.output.score_all(s, context, view), whole.output.score_all(s, context, view)
+    for name in ("gen", "gen_shift", "copy", "copy_shift"):
+        torch.testing.assert_close(getattr(got, name), getattr(want, name))
+    torch.testing.assert_close(want.gen.exp().sum(-1), torch.ones(2, 3))  # log w_t over the whole vocabulary
 
 
 def test_transformer_decoder_heads_must_divide_its_size():
