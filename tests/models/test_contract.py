@@ -76,10 +76,18 @@ def fixed_noise(x: torch.Tensor) -> torch.Tensor:
 
 # The variants whose training mode draws noise (Pointer Softmax's noisy switch). Inside [-1, 1] the
 # noisy tanh is the identity and xi has no effect: at the contract's sizes the switch's pre-activations
-# leave it on the transformer decoder only (measured: a third of the first layer's), so only there
-# does the noise reach the output.
+# leave it on the transformer decoder only (measured: a third of the first layer's), so the noisy
+# tests below scale the switch's first layer until they leave it on every decoder.
 NOISY = [c for c in CASES if c[2].get("switch") == "noisy_residual"]
-NOISY_TF = [c for c in NOISY if str(c[1]).startswith("tf")]
+
+
+def noisy_model(name: str, variant: dict, device, dtype=torch.float64):
+    """The contract model in training mode with its switch's first layer scaled by 8: pre-activations
+    outside [-1, 1], where the noisy tanh differs from tanh's identity part and xi takes effect."""
+    model = contract_model(name, variant, device, dtype=dtype).train()
+    with torch.no_grad():
+        model.output.switch.layer1.weight.mul_(8.0)
+    return model
 
 
 @pytest.mark.parametrize("name,i,variant", CASES, ids=IDS)
@@ -98,18 +106,21 @@ def test_two_phase_equals_stepwise_in_training_mode(name, i, variant, device, mo
     check_two_phase_float32(contract_model(name, variant, device, dtype=torch.float32).train(), batch)
 
 
-@pytest.mark.parametrize("name,i,variant", NOISY_TF, ids=[f"{n}-{i}" for n, i, _ in NOISY_TF])
+@pytest.mark.parametrize("name,i,variant", NOISY, ids=[f"{n}-{i}" for n, i, _ in NOISY])
 def test_the_training_noise_is_drawn_and_reaches_the_output(name, i, variant, device, monkeypatch):
-    """What makes the training-mode check above meaningful for a noisy variant: its training mode
-    really draws noise through ``torch.randn_like`` (two runs differ; with the noise fixed they are
-    equal), and another fixed noise gives another output (xi enters the objective)."""
-    model = contract_model(name, variant, device).train()
+    """What makes the training-mode check meaningful for a noisy variant: its training mode really
+    draws noise through ``torch.randn_like`` (two runs differ; with the noise fixed they are equal),
+    another fixed noise gives another output (xi enters the objective), and with noise that reaches
+    the output the two-phase pass still applies it as the steps do (float64, and float32's rounding)."""
+    model = noisy_model(name, variant, device)
     batch = contract_batch(reads_pointers(model), device)
     drawn = [gold_and_grads(model, batch, None, stepwise=False)[0] for _ in range(2)]  # (B, T) each
     assert (drawn[0] - drawn[1]).abs().max().item() > 1e-6
     monkeypatch.setattr(torch, "randn_like", fixed_noise)
     fixed = gold_and_grads(model, batch, None, stepwise=False)[0]
     assert torch.equal(fixed, gold_and_grads(model, batch, None, stepwise=False)[0])
+    check_two_phase(model, batch, None)
+    check_two_phase_float32(noisy_model(name, variant, device, dtype=torch.float32), batch)
     monkeypatch.setattr(torch, "randn_like", lambda x: torch.zeros_like(x))
     zero = gold_and_grads(model, batch, None, stepwise=False)[0]
     assert (fixed - zero).abs().max().item() > 1e-3
