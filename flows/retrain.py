@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         f"prefect deployment run retrain/{cfg.deployment_name})",
         flush=True,
     )
+    # Prefect's SIGTERM handler (kill, a container stop) calls its async Runner.stop without awaiting it
+    # and exits; serving still pauses the schedule on the way out (tests/flows/test_retrain_serve.py), so
+    # the "coroutine 'Runner.astop' was never awaited" warning it leaves tells a user nothing to act on.
+    warnings.filterwarnings("ignore", message="coroutine 'Runner.astop' was never awaited", category=RuntimeWarning)
     retrain_flow.serve(
         name=cfg.deployment_name,
         cron=cfg.cron,
