@@ -2,8 +2,8 @@
 
 Each constant weight of a matrix product (``MatMul``: the output layer, attention and copy scores, a
 backbone's projections), each embedding table (``Gather``) and the input and recurrent weights of each
-``LSTM`` node (Read-Again's reads, WEAN's decoder) is stored as int8 with one float scale per output
-column (per channel); activations are quantized on the fly, row by row, at run time
+``LSTM`` node (Read-Again's reads, WEAN's decoder) is stored as int8 within 7 bits (``REDUCE_RANGE``: no overflow on CPUs without VNNI)
+with one float scale per output column (per channel); activations are quantized on the fly, row by row, at run time
 (``DynamicQuantizeLinear`` + ``MatMulInteger``, ``DynamicQuantizeLSTM``). Those weights take a quarter of
 their float32 bytes. What stays float32: ``Gemm`` (a linear layer with its bias on 2-D inputs), the
 ``GRU`` nodes (the BiGRU encoder: onnxruntime has no integer GRU), the biases and norms. The result is
@@ -34,6 +34,12 @@ from pipeline.serving.onnx_weights import SharedWeights
 
 OPS = ("MatMul", "Gather", "LSTM")  # the op types whose constant weights become int8
 PER_CHANNEL = True  # one scale per output column: the finer choice (one per tensor changed as many copy_rules outputs)
+# Weights within 7 bits (|w| <= 64). On x86 CPUs without VNNI (AVX2, AVX-512F) onnxruntime adds each
+# pair of products of a uint8 activation and an int8 weight in int16, which full 8-bit weights overflow
+# (2 x 255 x 127) and 7-bit ones do not (2 x 255 x 64 = 32,640). Measured on an AVX2-only CPU
+# (benchmarks/README.md, int8 section): 8 bits changed up to 3 in 10 best outputs of copy_rules and lost
+# correct ones; 7 bits lost none.
+REDUCE_RANGE = True
 
 
 LSTM_WEIGHTS = range(1, 4)  # an LSTM node's inputs W, R, B (after X; before the optional rest)
@@ -127,6 +133,7 @@ def quantize_graphs(export_dir: Path, graph_files: list[str]) -> None:
                     Path(tmp) / name,
                     op_types_to_quantize=list(OPS),
                     per_channel=PER_CHANNEL,
+                    reduce_range=REDUCE_RANGE,
                     weight_type=QuantType.QInt8,
                     use_external_data_format=True,
                 )
@@ -145,4 +152,5 @@ def describe() -> dict:
         "method": "onnxruntime.quantization.quantize_dynamic",
         "ops": list(OPS),
         "per_channel": PER_CHANNEL,
+        "reduce_range": REDUCE_RANGE,
     }

@@ -100,8 +100,10 @@ def test_int8_stores_the_lstm_weights_in_8_bits_and_answers_as_its_float_twin(ex
         assert len(quantized) == n_lstm, graph
         stored = {t.name: t for t in after.graph.initializer}
         for node in quantized:
-            assert stored[node.input[1]].data_type == TensorProto.INT8  # W
-            assert stored[node.input[2]].data_type == TensorProto.INT8  # R
+            for weight in (stored[node.input[1]], stored[node.input[2]]):  # W, R
+                assert weight.data_type == TensorProto.INT8
+                values = numpy_helper.to_array(weight)
+                assert -64 <= values.min() and values.max() <= 64  # |w| <= 64 (onnx_quantize.REDUCE_RANGE)
         lstms += n_lstm
     assert lstms >= 1  # Read-Again's two reads, WEAN's decoder
     float_bytes = (floats[row] / "weights.bin").stat().st_size
