@@ -99,7 +99,7 @@ def tiny_params() -> dict:
     params = copy.deepcopy(params)
     params["prepare"]["copy_rules"].update(n_rules=5, instances_per_rule=8, unseen_per_rule=2, max_filler=4)
     params["model"].update(emb=8, hidden=12)
-    params["model"]["pointer_softmax"]["shortlist"] = 20  # the tiny vocabulary has fewer words than 250
+    params["model"]["pointer_softmax"]["shortlist"] = 20  # a real shortlist: 250 is the whole tiny vocabulary
     # Training must beat the untrained model's validation loss (pipeline.training.loop.NoImprovement). On
     # these 15 rows WEAN at the default seed 1234 does not within 4 steps: its validation loss rises
     # for the first 28 epochs while the training loss falls (measured). At seed 2 every mechanism

@@ -2,13 +2,14 @@
 
 Each constant weight of a matrix product (``MatMul``: the output layer, attention and copy scores, a
 backbone's projections), each embedding table (``Gather``) and the input and recurrent weights of each
-``LSTM`` node (Read-Again's reads, WEAN's decoder) is stored as int8 within 7 bits (``REDUCE_RANGE``: no overflow on CPUs without VNNI)
-with one float scale per output column (per channel); activations are quantized on the fly, row by row, at run time
-(``DynamicQuantizeLinear`` + ``MatMulInteger``, ``DynamicQuantizeLSTM``). Those weights take a quarter of
-their float32 bytes. What stays float32: ``Gemm`` (a linear layer with its bias on 2-D inputs), the
-``GRU`` nodes (the BiGRU encoder: onnxruntime has no integer GRU), the biases and norms. The result is
-an approximation: the export records how far it moved from PyTorch (the manifest's ``quantization``),
-and docs/export.md gives what it changed on a task's validation set.
+``LSTM`` node (Read-Again's reads, WEAN's decoder) is stored as int8 within 7 bits (``REDUCE_RANGE``: no
+overflow on CPUs without VNNI) with one float scale per output column (per channel); activations are
+quantized on the fly, row by row, at run time (``DynamicQuantizeLinear`` + ``MatMulInteger``,
+``DynamicQuantizeLSTM``). Those weights take a quarter of their float32 bytes. What stays float32:
+``Gemm`` (a linear layer with its bias on 2-D inputs), the ``GRU`` nodes (the BiGRU encoder:
+onnxruntime has no integer GRU), the biases and norms. The result is an approximation: the export
+records how far it moved from PyTorch (the manifest's ``quantization``), and docs/export.md gives what
+it changed on a task's validation set.
 
 The exporter hands an ``LSTM`` node its weights through ``Slice``/``Concat`` nodes (PyTorch's gate order
 i, f, g, o reordered into ONNX's i, o, f, c at run time), and the quantizer only reads weights that are
