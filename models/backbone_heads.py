@@ -40,7 +40,7 @@ from models.config import ModelConfig
 from models.copynet import CopyNetOutput
 from models.extended import NEG
 from models.pointer_generator import PointerGeneratorOptions, PointerGeneratorOutput
-from models.pointer_softmax import PointerSoftmaxOptions, PointerSoftmaxOutput, SwitchMLP
+from models.pointer_softmax import PointerSoftmaxOptions, PointerSoftmaxOutput, SwitchMLP, shortlist_size
 from models.seq2seq import Mechanism, OutputLayer, Scores, State, at_least_fp32, shared_softmax
 
 # Tiny backbones for the mechanism contract (tests/models/test_contract.py): built from a config, fresh
@@ -152,8 +152,7 @@ class BackbonePointerSoftmaxOutput(BackboneHead, PointerSoftmaxOutput):
         OutputLayer.__init__(self)
         self.opts = opts
         self.vocab = cfg.tgt_vocab
-        # As the recurrent head: a shortlist of the vocabulary's size or more is the whole vocabulary
-        self.shortlist = None if opts.shortlist is None else min(opts.shortlist, cfg.tgt_vocab)
+        self.shortlist = shortlist_size(opts.shortlist, cfg.tgt_vocab)  # as the recurrent head
         self.limit = self.shortlist or cfg.tgt_vocab
         self.decode = opts.decode
         self.switch = SwitchMLP(

@@ -130,6 +130,13 @@ class NoisyTanh(nn.Module):
         return self.alpha * h + (1.0 - self.alpha) * x + d * sigma * xi
 
 
+def shortlist_size(shortlist: int | None, vocab: int) -> int | None:
+    """The K most frequent words; a vocabulary of fewer words is all shortlist (as WEAN's candidates):
+    the shared default (250) then fits a small corpus of one's own instead of failing its training.
+    None: the whole vocabulary."""
+    return None if shortlist is None else min(shortlist, vocab)
+
+
 class SwitchMLP(nn.Module):
     """f([h_t; c_t]) -> one pre-sigmoid scalar per example (eq. 8; 4.1 "an MLP with sigmoid output").
 
@@ -170,9 +177,7 @@ class PointerSoftmaxOutput(OutputLayer):
         super().__init__()
         self.opts = opts = opts or PointerSoftmaxOptions()
         self.vocab = cfg.tgt_vocab
-        # The K most frequent words; a vocabulary of fewer words is all shortlist (as WEAN's candidates):
-        # the shared default (250) then fits a small corpus of one's own instead of failing its training.
-        shortlist = None if opts.shortlist is None else min(opts.shortlist, cfg.tgt_vocab)
+        shortlist = shortlist_size(opts.shortlist, cfg.tgt_vocab)
         self.shortlist = shortlist  # OutputLayer.shortlist: Seq2Seq.training_target reads it
         self.limit = shortlist or cfg.tgt_vocab  # ids < limit are generated
         self.decode = opts.decode
