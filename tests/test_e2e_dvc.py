@@ -48,6 +48,8 @@ def repo_copy(tmp_path_factory) -> tuple[Path, dict, dict]:
     root = tmp_path_factory.mktemp("e2e")
     texts = [" ".join(regular_symbol(i) for i in range(k, 1000, 7)) for k in range(7)]  # s0 .. s999, no u*
     backbone = make_tiny_backbone("bart", texts, root / "tiny_bart", d_model=32, layers=2, heads=2, vocab_size=300)
+    # a row added later, on a backbone new to the task
+    make_tiny_backbone("t5", texts, root / "tiny_t5", d_model=16, layers=1, heads=2, vocab_size=300)
     params = e2e_params(backbone)
     return root / "repo", {**repository_copy(root / "repo", params), "HF_HUB_OFFLINE": "1"}, params
 
@@ -214,6 +216,19 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
         "compare"
     }
     run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
+    assert changed_stages(repo, env) == set()
+
+    # A row on a backbone new to the task: the vocab stage reruns (it writes that backbone's folder), and
+    # of the trained rows none, as each row depends on the record of what it reads there, not on the folder.
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["variants"]["copynet_t5"]["model"]["backbone"] = str(repo.parent / "tiny_t5")
+    params["mechanisms"].append("copynet_t5")
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = run(["scripts/with_prefect_server.sh", "dvc", "repro", "settings", "vocab@copy_rules"], repo, env)
+    assert "Running stage 'vocab@copy_rules'" in out
+    assert changed_stages(repo, env) == {f"{s}@copy_rules-copynet_t5" for s in ("train", "evaluate")} | {"compare"}
+    run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
+    run(["dvc", "checkout", "vocab@copy_rules"], repo, env)
     assert changed_stages(repo, env) == set()
 
     # One train stage on two machines (docs/training.md): node 0 runs `dvc repro` of the stage (it owns

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from contextlib import contextmanager
 
 import torch
@@ -91,6 +92,20 @@ def autocast(device: torch.device, amp: str = "auto", cache: bool = True):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=cache)
 
 
+def use_deterministic_kernels() -> None:
+    """``torch.use_deterministic_algorithms(True)`` without its start-up cost. That function also sets
+    TorchInductor's ``deterministic`` flag, and importing TorchInductor's settings to do so loads the
+    compiler (about 1.7 s, more than a tiny stage's training). Here the flag waits in the environment
+    variable those settings read when ``torch.compile`` first loads them; where they are loaded
+    already, the public function sets both at once. The kernel switch itself is the call the public
+    function makes."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+        return
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"  # torch/_inductor/config.py: deterministic = os.getenv(...)
+    torch._C._set_deterministic_algorithms(True)
+
+
 def compute_settings(threads: int, deterministic: bool) -> dict:
     """Fix what decides the floating-point reduction order of a stage (thread count, deterministic
     kernels; on CUDA also cuBLAS's workspace) and return it, with what the process's math libraries
@@ -99,7 +114,7 @@ def compute_settings(threads: int, deterministic: bool) -> dict:
         torch.set_num_threads(threads)
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (CUDA >= 10.2)
-        torch.use_deterministic_algorithms(True)
+        use_deterministic_kernels()
     return {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

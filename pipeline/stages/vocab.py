@@ -8,18 +8,26 @@ tokenizer's files, its sha256 and special ids (``backbone.json``), its pieces as
 ``tgt.vocab`` and the splits encoded in pieces (:mod:`pipeline.vocab.tokenizer`). Every such backbone
 is probed first, before any split is read (:mod:`pipeline.vocab.backbone_probe`: a missing directory,
 a broken ``config.json``, a model that is no encoder-decoder, a tokenizer that is not the model's):
-one line naming the setting that names it (:func:`backbone_setting`)."""
+one line naming the setting that names it (:func:`backbone_setting`).
+
+Last, for each row of the task, ``rows/<row>.json`` records the sha256 of every file of the output
+that row reads (:func:`row_files`). A row's train and evaluate stages depend on its record, not on
+the whole folder, so the first row on a new backbone (a new ``backbones/<name>/``) reruns that row
+alone, not every row of the task."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from pipeline.config.backbones import backbone_vocab_dir, row_backbone
 from pipeline.config.params import load_params, project_root
 from pipeline.config.paths import TaskPaths
+from pipeline.config.rows import vocab_params
 from pipeline.config.tasks import effective_params, preset_overrides, task_settings
 from pipeline.config.variants import resolve
+from pipeline.io.files import sha256_file, write_json_atomic
 from pipeline.vocab.encoded import write_encoded_split
 from pipeline.vocab.tokenizer import BackboneTokenizer
 from pipeline.vocab.vocabulary import (
@@ -155,4 +163,45 @@ def run(task_name: str, params_path: str | None = None, step: Callable = lambda 
             f"{task_name}: backbone {backbone}: its tokenizer's {record['vocab_size']} pieces "
             f"(sha256 {record['tokenizer_sha256'][:12]}) encode the train and valid splits"
         )
+    step(record_rows)(paths, vocab_params(raw, task_name)["backbones"])
     return sizes
+
+
+ROWS_DIR = "rows"  # data/vocab/<task>/rows/<row>.json: what each row reads (dvc.yaml: train, evaluate deps)
+
+
+def row_files(vocab_dir: Path, backbone: str | None) -> list[Path]:
+    """The files of the stage's output that a row reads: the task's word vocabularies and id-encoded
+    splits (every file outside ``backbones/`` and ``rows/``: a row on a backbone also reads the word
+    vocabularies, for the copy analysis and the features' tags) and, for a row on a backbone, that
+    backbone's folder; in name order."""
+    own = sorted(
+        p
+        for p in vocab_dir.rglob("*")
+        if p.is_file() and p.relative_to(vocab_dir).parts[0] not in ("backbones", ROWS_DIR)
+    )
+    if backbone is None:
+        return own
+    return own + sorted(p for p in backbone_vocab_dir(vocab_dir, backbone).rglob("*") if p.is_file())
+
+
+def record_rows(paths: TaskPaths, backbones: Mapping[str, str | None]) -> list[Path]:
+    """``rows/<row>.json`` for each row (``backbones``: row -> the backbone it runs on, None for the
+    word vocabulary): the backbone and each file's sha256 (:func:`row_files`), so its bytes change
+    exactly when what the row reads does. A record of a row no longer listed is removed."""
+    hashes: dict[Path, str] = {}  # a file the rows share is read once
+    written = []
+    for row, backbone in backbones.items():
+        files = row_files(paths.vocab, backbone)
+        for path in files:
+            if path not in hashes:
+                hashes[path] = sha256_file(path)
+        record = {"backbone": backbone, "files": {p.relative_to(paths.vocab).as_posix(): hashes[p] for p in files}}
+        target = paths.vocab / ROWS_DIR / f"{row}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(target, record)
+        written.append(target)
+    for old in sorted((paths.vocab / ROWS_DIR).glob("*")):
+        if old not in written:
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    return written
