@@ -228,6 +228,7 @@ print(json.dumps({"children": children, "champion": champ.tags["mechanism"], "n_
     assert "Running stage 'vocab@copy_rules'" in out
     assert changed_stages(repo, env) == {f"{s}@copy_rules-copynet_t5" for s in ("train", "evaluate")} | {"compare"}
     run(["git", "checkout", "params.yaml", "dvc.lock", "data/settings"], repo, env)
+    (repo / "data/settings/copy_rules/copynet_t5.json").unlink()  # the new row's settings file, untracked
     run(["dvc", "checkout", "vocab@copy_rules"], repo, env)
     assert changed_stages(repo, env) == set()
 
