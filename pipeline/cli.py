@@ -32,6 +32,7 @@ from typing import Annotated
 import typer
 
 from pipeline.config.params import REPO_ROOT, load_params
+from pipeline.config.rows import rows_with_new_vocab_records, stale_files
 from pipeline.config.tasks import task_names
 from pipeline.config.validation import SettingsError
 from pipeline.tracking.registry import serving_problem  # imports MLflow only when called
@@ -128,6 +129,7 @@ def run(
             targets, after = [f"evaluate@{task}-{row}" for row in rows if row not in new], []
             if not targets:
                 raise typer.Exit(0)
+        _dry_repro(_repro_parser().parse_args(["--dry", *targets, *after]))  # rows whose settings change
         _call([sys.executable, "-m", "dvc", "repro", "--dry", *targets, *after])  # this environment's dvc
     _call([str(REPO_ROOT / "scripts" / "with_prefect_server.sh"), "dvc", "repro", *targets, *after])
 
@@ -211,11 +213,16 @@ def _dry_repro(known: argparse.Namespace) -> None:
     A stage that would run is looked up in the run cache by its deps' hashes, and DVC fails on a dep
     that does not exist (``[Errno 2] No such file or directory``), which a dry run does not make: the
     checkpoint of a row whose train stage has not run (its evaluate stage), the settings file of a
-    row just listed (its train stage). Such a stage would run, and so would each stage walked after
-    it that depends on it (compare)."""
+    row just listed (its train stage). Nor does a dry run rewrite the settings files from params.yaml
+    (the settings stage), so after an edit DVC finds the stages that depend on them up to date: a
+    stage whose settings file would change would run too. Such a stage would run, and so would each
+    stage walked after it that depends on it (compare), but for a row whose vocab record the vocab
+    stage, rerun for its settings alone, would leave as it is (:func:`_vocab_record_rewritten`)."""
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
+    if not (REPO_ROOT / ".dvc").is_dir():
+        return  # not a DVC project: DVC's own dry run says so
     single, downstream = known.single_item, known.downstream
     if known.pipeline or known.all_pipelines:
         single = downstream = False  # as `dvc repro` walks
@@ -226,17 +233,31 @@ def _dry_repro(known: argparse.Namespace) -> None:
         )
         graph = get_active_graph(repo.index.graph)  # an edge goes from a stage to one it depends on
         steps = stages if single else plan_repro(graph, stages, pipeline=known.pipeline, downstream=downstream)
+        stale = {path.as_posix(): content for path, content in stale_files(load_params(), REPO_ROOT).items()}
+        if not any(stage.addressing == "settings" for stage in steps):
+            stale = {}  # a walk without the settings stage (-s) leaves the settings files as they are
         missing: dict[str, None] = {}  # the paths, in the walk's order
-        left_out = set()
+        rewritten: dict[str, None] = {}
+        left_out, vocab_settings_only = set(), set()
         for stage in steps:  # each stage after those it depends on
-            absent = [
-                dep.def_path
+            local = [
+                dep
                 for dep in ([] if stage.frozen else stage.deps)  # a frozen stage does not run
-                if getattr(dep, "protocol", None) == "local" and not dep.exists
+                if getattr(dep, "protocol", None) == "local"
             ]
+            absent = [dep.def_path for dep in local if not dep.exists]
+            new_settings = [dep.def_path for dep in local if dep.exists and dep.def_path in stale]
             missing.update(dict.fromkeys(absent))
-            if absent or left_out.intersection(graph.successors(stage)):
+            rewritten.update(dict.fromkeys(new_settings))
+            upstream = {
+                above
+                for above in left_out.intersection(graph.successors(stage))
+                if above not in vocab_settings_only or _vocab_record_rewritten(stage, stale)
+            }
+            if absent or new_settings or upstream:
                 left_out.add(stage)
+                if not absent and not upstream and all(p.endswith("/vocab.json") for p in new_settings):
+                    vocab_settings_only.add(stage)
         rest = [stage.addressing for stage in steps if stage not in left_out]
         previewed = [stage.addressing for stage in steps if stage in left_out]
     if not previewed:
@@ -250,12 +271,38 @@ def _dry_repro(known: argparse.Namespace) -> None:
         code = subprocess.call([*cmd, *rest], cwd=REPO_ROOT)
         if code:
             raise typer.Exit(code)
-    _preview(
-        f"not made here yet, so DVC cannot preview the stages that read them: {', '.join(missing)}; "
-        f"these stages would run{' too' if rest else ''}:",
-        previewed,
-    )
+    reasons = []
+    if missing:
+        reasons.append(f"not made here yet, so DVC cannot preview the stages that read them: {', '.join(missing)}")
+    if rewritten:
+        reasons.append(
+            "changed in params.yaml, which the settings stage writes into the files these stages depend on, "
+            f"and a dry run writes nothing: {', '.join(rewritten)}"
+        )
+    _preview(f"{'; '.join(reasons)}; these stages would run{' too' if rest else ''}:", previewed)
     raise typer.Exit(0)
+
+
+def _vocab_record_rewritten(stage, stale: dict[str, dict]) -> bool:
+    """Whether the vocab stage, rerun for its settings file alone (``stale``: the settings files a
+    dry run does not rewrite, with their new content), would rewrite the vocab record ``stage``
+    depends on: every row's when the vocab section changes, else only a row added or on another
+    backbone (:func:`~pipeline.config.rows.rows_with_new_vocab_records`). True for a stage that reads
+    the vocab stage's output otherwise."""
+    import json
+    import re
+
+    for dep in stage.deps:
+        record = re.fullmatch(r"data/vocab/(?P<task>[^/]+)/rows/(?P<row>[^/]+)\.json", dep.def_path)
+        if record is None:
+            continue
+        settings = f"data/settings/{record['task']}/vocab.json"
+        if settings not in stale:
+            return False
+        on_disk = REPO_ROOT / settings
+        old = json.loads(on_disk.read_text(encoding="utf-8")) if on_disk.is_file() else None
+        return record["row"] in rows_with_new_vocab_records(old, stale[settings])
+    return True
 
 
 def _repro_options(known: argparse.Namespace) -> list[str]:

@@ -83,6 +83,35 @@ def settings_files(params: dict) -> dict[Path, dict]:
     return files
 
 
+def settings_text(content: dict) -> str:
+    """A settings file's text: its bytes decide whether the stages that depend on it rerun."""
+    return json.dumps(content, indent=1, sort_keys=True, default=str) + "\n"
+
+
+def stale_files(params: dict, root: Path) -> dict[Path, dict]:
+    """The settings files (relative to ``root``) that the settings stage would write anew from
+    ``params``: absent, or another text on disk; with their new content. A dry run does not run the
+    settings stage, so the stages that depend on these files would run although their deps look
+    unchanged (``copyseq repro --dry`` and ``run --dry`` say so)."""
+    stale = {}
+    for path, content in settings_files(params).items():
+        target = Path(root) / path
+        if not target.is_file() or target.read_text(encoding="utf-8") != settings_text(content):
+            stale[path] = content
+    return stale
+
+
+def rows_with_new_vocab_records(old: dict | None, new: dict) -> set[str]:
+    """The rows whose vocab record (``data/vocab/<task>/rows/<row>.json``, which their stages depend
+    on) the vocab stage would rewrite when its settings go from ``old`` to ``new`` (:func:`vocab_params`;
+    ``old`` None: never written): every row when the vocab section changes, else the rows added or on
+    another backbone. A backbone added for one row changes no other row's record."""
+    if old is None or old.get("vocab") != new["vocab"]:
+        return set(new["backbones"])
+    before = old.get("backbones") or {}
+    return {row for row, backbone in new["backbones"].items() if row not in before or before[row] != backbone}
+
+
 def write(params_path: str | None = None) -> list[Path]:
     """Write ``data/settings`` of the project of ``params_path``: one file per task and row (and
     the vocab stage's per task), nothing else (a file of a row no longer listed is removed)."""
@@ -92,7 +121,7 @@ def write(params_path: str | None = None) -> list[Path]:
     for path, content in files.items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(content, indent=1, sort_keys=True, default=str) + "\n"
+        text = settings_text(content)
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
     for old in sorted((root / SETTINGS_DIR).glob("*/*.json")):
