@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -289,9 +291,6 @@ def _vocab_record_rewritten(stage, stale: dict[str, dict]) -> bool:
     depends on: every row's when the vocab section changes, else only a row added or on another
     backbone (:func:`~pipeline.config.rows.rows_with_new_vocab_records`). True for a stage that reads
     the vocab stage's output otherwise."""
-    import json
-    import re
-
     for dep in stage.deps:
         record = re.fullmatch(r"data/vocab/(?P<task>[^/]+)/rows/(?P<row>[^/]+)\.json", dep.def_path)
         if record is None:
