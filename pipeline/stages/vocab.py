@@ -190,9 +190,12 @@ def record_rows(paths: TaskPaths, backbones: Mapping[str, str | None]) -> list[P
     word vocabulary): the backbone and each file's sha256 (:func:`row_files`), so its bytes change
     exactly when what the row reads does. A record of a row no longer listed is removed."""
     hashes: dict[Path, str] = {}  # a file the rows share is read once
+    listed: dict[str | None, list[Path]] = {}  # the folder is walked once per backbone, not per row
     written = []
     for row, backbone in backbones.items():
-        files = row_files(paths.vocab, backbone)
+        if backbone not in listed:
+            listed[backbone] = row_files(paths.vocab, backbone)
+        files = listed[backbone]
         for path in files:
             if path not in hashes:
                 hashes[path] = sha256_file(path)
